@@ -1,0 +1,58 @@
+"""Datasheet presets (config/devices.yaml): dense peaks per instruction path, bandwidth per level.
+
+These are vendor reference figures, labelled as such wherever they appear; they never stand in for
+a measured ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rooflab.config import ConfigError, config_file, load_yaml
+from rooflab.units import UnitError, parse_byte_rate, parse_flop_rate
+
+__all__ = ["DevicePreset", "device_preset", "load_device_presets", "path_for_dtype"]
+
+
+@dataclass(frozen=True)
+class DevicePreset:
+    key: str
+    name: str
+    source: str
+    match: tuple[str, ...]
+    peak_flops_per_s: dict[str, float]  # path -> FLOP/s
+    bandwidth_b_per_s: dict[str, float]  # level -> B/s
+
+
+def load_device_presets(path: str | Path | None = None) -> dict[str, DevicePreset]:
+    path = Path(path) if path else config_file("devices.yaml")
+    document = load_yaml(path)
+    if not isinstance(document, dict) or not isinstance(document.get("devices"), dict):
+        raise ConfigError(f"{path}: expected a top-level 'devices:' mapping")
+    presets = {}
+    for key, entry in document["devices"].items():
+        where = f"{path}: devices.{key}"
+        try:
+            peaks = {p: parse_flop_rate(v) for p, v in entry["paths"].items()}
+            levels = {lv: parse_byte_rate(v) for lv, v in entry["levels"].items()}
+            presets[key] = DevicePreset(
+                key, entry["name"], entry["source"], tuple(entry.get("match", ())), peaks, levels
+            )
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ConfigError(f"{where}: missing or malformed {error}") from None
+        except UnitError as error:
+            raise ConfigError(f"{where}: {error}") from None
+    return presets
+
+
+def device_preset(key: str, path: str | Path | None = None) -> DevicePreset:
+    presets = load_device_presets(path)
+    if key not in presets:
+        raise ConfigError(f"unknown device {key!r}; presets: {', '.join(presets)}")
+    return presets[key]
+
+
+def path_for_dtype(dtype: str) -> str:
+    """The preset path a GEMM of one dtype runs on (fp8 variants share the fp8 path)."""
+    return "fp8" if dtype.startswith("fp8") else dtype

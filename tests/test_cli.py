@@ -1,0 +1,205 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rooflab.cli import main
+from tests.conftest import installed_script
+
+REPO = Path(__file__).resolve().parents[1]
+
+ARTICLE = ["--n", "4096", "--k", "4096", "--dtype", "bf16"]
+HYPOTHETICAL = ["--peak", "120 TFLOP/s", "--bandwidth", "2 TB/s"]
+
+
+def rooflab(*args: str) -> subprocess.CompletedProcess:
+    """The installed console script, as users and later checks call it."""
+    return subprocess.run(
+        [installed_script("rooflab"), *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_model_gemm_json_reproduces_the_article_table():
+    result = rooflab(
+        "model", "gemm", "--m", "1,32,128", *ARTICLE, *HYPOTHETICAL, "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["m"] for r in rows] == [1, 32, 128]
+    required = {
+        "m",
+        "n",
+        "k",
+        "flops",
+        "bytes",
+        "intensity",
+        "compute_s",
+        "memory_s",
+        "bound_s",
+        "limiter",
+        "attainable_flops_per_s",
+        "bound_s_per_row",
+    }
+    assert all(required <= set(r) for r in rows)
+    assert [round(r["intensity"], 4) for r in rows] == [0.9995, 31.5077, 120.4706]
+    assert [round(r["bound_s"] * 1e6, 3) for r in rows] == [16.785, 17.039, 35.791]
+    assert [r["limiter"] for r in rows] == ["memory", "memory", "compute"]
+    assert rows[2]["bound_s_per_row"] == pytest.approx(rows[2]["bound_s"] / 128)
+    assert rows[0]["flops"] == 33_554_432 and rows[0]["bytes"] == 33_570_816
+
+
+def test_model_gemm_with_device_preset_matches_explicit_figures(capsys):
+    assert (
+        main(
+            [
+                "model",
+                "gemm",
+                "--m",
+                "1,32,128",
+                *ARTICLE,
+                "--device",
+                "article-hypothetical",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    from_preset = json.loads(capsys.readouterr().out)
+    assert (
+        main(["model", "gemm", "--m", "1,32,128", *ARTICLE, *HYPOTHETICAL, "--format", "json"]) == 0
+    )
+    assert from_preset == json.loads(capsys.readouterr().out)
+
+
+def test_model_gemm_table_has_readable_units(capsys):
+    assert main(["model", "gemm", "--m", "1,128", *ARTICLE, *HYPOTHETICAL]) == 0
+    out = capsys.readouterr().out
+    assert "16.785 μs" in out and "35.791 μs" in out and "120 TFLOP/s" in out
+    assert "cold-cache model" in out
+
+
+def test_model_gemm_csv(capsys):
+    assert main(["model", "gemm", "--m", "1", *ARTICLE, *HYPOTHETICAL, "--format", "csv"]) == 0
+    header, row = capsys.readouterr().out.strip().splitlines()
+    assert header.split(",")[:3] == ["m", "n", "k"]
+    assert row.startswith("1,4096,4096,")
+
+
+def test_mixed_dtypes_and_beta(capsys):
+    assert (
+        main(
+            [
+                "model",
+                "gemm",
+                "--m",
+                "8",
+                "--n",
+                "64",
+                "--k",
+                "32",
+                "--x-dtype",
+                "int8",
+                "--w-dtype",
+                "int4",
+                "--y-dtype",
+                "fp16",
+                "--beta",
+                "1",
+                *HYPOTHETICAL,
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["bytes"] == 8 * 32 + 32 * 64 // 2 + 2 * (8 * 64 * 2)
+
+
+def test_model_stages_reproduces_200_vs_101_us():
+    stage_file = REPO / "config" / "stages" / "article-two-stage.yaml"
+    result = rooflab("model", "stages", str(stage_file), *HYPOTHETICAL, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["critical_path_s"] == pytest.approx(200e-6, rel=1e-12)
+    assert report["aggregate_s"] == pytest.approx(101e-6, rel=1e-12)
+    assert report["bound_s"] == pytest.approx(200e-6, rel=1e-12)
+    assert report["critical_path"] == ["A", "B"]
+    assert [(s["name"], s["limiter"]) for s in report["stages"]] == [
+        ("A", "memory"),
+        ("B", "compute"),
+    ]
+    table = rooflab("model", "stages", str(stage_file), *HYPOTHETICAL)
+    assert "critical path  200 μs" in table.stdout and "aggregate      101 μs" in table.stdout
+
+
+BAD_STAGE_FILES = {
+    "cycle": (
+        "stages:\n  - {name: A, flops: 1, bytes: 1, after: [B]}\n"
+        "  - {name: B, flops: 1, bytes: 1, after: [A]}\n",
+        "cycle: A -> B -> A",
+    ),
+    "unknown": ("stages:\n  - {name: A, flops: 1, bytes: 1, after: [Z]}\n", "unknown stage 'Z'"),
+    "unit": ("stages:\n  - {name: A, flops: 12 GFLOPS, bytes: 1}\n", "stages[0].flops"),
+    "key": ("stages:\n  - {name: A, flops: 1, byte: 1}\n", "unknown key 'byte' in stages[0]"),
+    "extra": ("stages:\n  - {name: A, flops: 1, bytes: 1, deps: []}\n", "unknown key 'deps'"),
+    "yaml": ("stages: [\n", "not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_STAGE_FILES))
+def test_bad_stage_files_get_one_line_and_status_2(tmp_path, case):
+    text, says = BAD_STAGE_FILES[case]
+    stage_file = tmp_path / f"{case}.yaml"
+    stage_file.write_text(text)
+    result = rooflab("model", "stages", str(stage_file), *HYPOTHETICAL)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--peak", "2 T", "--bandwidth", "2 TB/s"], "--peak: '2 T'"),
+        (["--peak", "120 TFLOP/s", "--bandwidth", "5 GBps"], "--bandwidth: '5 GBps'"),
+        (["--peak", "120 TFLOP/s", "--bandwidth", "-1 TB/s"], "negative"),
+        (["--peak", "nan", "--bandwidth", "2 TB/s"], "'nan'"),
+        (["--peak", "120 TFLOP/s"], "give --peak and --bandwidth"),
+        (["--device", "h900"], "unknown device 'h900'"),
+        (["--device", "a100-sxm-80gb", "--path", "fp8"], "has no path 'fp8'"),
+        (["--device", "h200-sxm", "--peak", "1 TFLOP/s"], "either --device or --peak"),
+    ],
+)
+def test_bad_ceilings_get_one_line_and_status_2(args, says):
+    result = rooflab("model", "gemm", "--m", "1", *ARTICLE, *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--m", "1,x", "--n", "8", "--k", "8", "--dtype", "fp32"], "--m expects"),
+        (["--m", "0", "--n", "8", "--k", "8", "--dtype", "fp32"], "must be positive"),
+        (["--m", "1", "--n", "8", "--k", "8", "--dtype", "fp7"], "invalid choice: 'fp7'"),
+        (["--m", "1", "--n", "8", "--k", "8"], "give --dtype"),
+        (["--n", "8", "--k", "8", "--dtype", "fp32"], "required: --m"),
+    ],
+)
+def test_usage_errors_are_one_line(args, says, capsys):
+    assert main(["model", "gemm", *args, *HYPOTHETICAL]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+
+
+def test_module_entry_point_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "rooflab", "--version"], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.startswith("rooflab ")

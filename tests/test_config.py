@@ -1,0 +1,95 @@
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rooflab.config import ConfigError, load_config, validate_config
+from rooflab.devices import load_device_presets
+from tests.conftest import installed_script
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_default_config_is_valid_and_defaults_are_filled():
+    config = load_config(REPO / "config" / "config.yaml")
+    assert config["backend"] == "auto"
+    assert config["timing"]["noisy_iqr_ratio"] == 0.1
+    assert config["sweeps"] == {} and config["stages"] == {}
+
+
+def test_sweep_defaults_are_filled():
+    config = validate_config({"sweeps": {"s": {"m": [1], "n": [8], "k": [8], "dtypes": ["fp32"]}}})
+    assert config["sweeps"]["s"]["cache_states"] == ["warm", "cold"]
+    assert config["sweeps"]["s"]["layouts"] == ["nn"]
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"bakend": "cpu"}, "unknown key 'bakend' at the top level"),
+        ({"backend": "rocm"}, "backend: 'rocm' is not one of"),
+        ({"timing": {"warmup": 1}}, "unknown key 'warmup' in timing"),
+        ({"sweeps": {"s": {"m": [1, 0], "n": [8], "k": [8], "dtypes": ["fp32"]}}}, "sweeps.s.m[1]"),
+        (
+            {"sweeps": {"s": {"m": [1], "n": [8], "k": [8], "dtypes": ["fp12"]}}},
+            "sweeps.s.dtypes[0]",
+        ),
+        ({"sweeps": {"s": {"m": [1], "n": [8], "k": [8], "dtype": ["fp32"]}}}, "sweeps.s"),
+        (
+            {"stages": {"x": {"stages": [{"name": "A", "flops": "1 TB", "bytes": 0}]}}},
+            "stages.x stages[0].flops",
+        ),
+    ],
+)
+def test_bad_config_names_the_key(config, says):
+    with pytest.raises(ConfigError) as caught:
+        validate_config(config)
+    assert says in str(caught.value)
+
+
+def test_device_presets_parse_with_units():
+    presets = load_device_presets()
+    assert presets["h200-sxm"].bandwidth_b_per_s["HBM"] == 4.8e12
+    assert presets["h100-sxm"].peak_flops_per_s["bf16"] == 989.4e12
+    assert presets["article-hypothetical"].peak_flops_per_s["bf16"] == 120e12
+    assert all(p.source for p in presets.values())
+
+
+def _workflow_copy(tmp_path: Path) -> Path:
+    for name in ("Snakefile", "config", "rules", "workflow_scripts", "profiles"):
+        source = REPO / name
+        target = tmp_path / name
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copy(source, target)
+    return tmp_path
+
+
+def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [installed_script("snakemake"), "-n", "--cores", "1", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_snakemake_dry_run_validates_the_default_config(tmp_path):
+    result = _snakemake(_workflow_copy(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_snakemake_refuses_an_unknown_key_and_names_it(tmp_path):
+    workdir = _workflow_copy(tmp_path)
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config["sweeps"] = {
+        "reuse": {"m": [1], "n": [8], "k": [8], "dtypes": ["fp32"], "cache_state": ["warm"]}
+    }
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    result = _snakemake(workdir)
+    assert result.returncode != 0
+    assert "unknown key 'cache_state' in sweeps.reuse" in result.stdout + result.stderr
