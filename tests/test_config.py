@@ -63,7 +63,7 @@ def _workflow_copy(tmp_path: Path) -> Path:
         target = tmp_path / name
         if source.is_dir():
             shutil.copytree(source, target)
-        else:
+        elif source.exists():
             shutil.copy(source, target)
     return tmp_path
 

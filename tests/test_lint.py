@@ -12,7 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 GATES = {
     "ruff check": ["ruff", "check", "."],
     "ruff format": ["ruff", "format", "--check", "."],
-    "snakefmt": ["snakefmt", "--check", "Snakefile", "rules"],
+    "snakefmt": [
+        "snakefmt",
+        "--check",
+        "Snakefile",
+        *(["rules"] if (REPO / "rules").is_dir() else []),
+    ],
     "snakemake lint": ["snakemake", "--lint", "--cores", "1"],
 }
 
