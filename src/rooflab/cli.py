@@ -10,12 +10,13 @@ import sys
 from collections.abc import Sequence
 
 from rooflab import __version__
-from rooflab.config import ConfigError, load_scenario
+from rooflab.backends.base import BackendError
+from rooflab.config import ConfigError, load_config, load_scenario, validate_config
 from rooflab.devices import device_preset, path_for_dtype
 from rooflab.model import ELEMENT_BITS, ModelError, bound, gemm_ledger, stage_bounds
 from rooflab.units import UnitError, format_quantity, parse_byte_rate, parse_flop_rate
 
-INPUT_ERRORS = (UnitError, ModelError, ConfigError)
+INPUT_ERRORS = (UnitError, ModelError, ConfigError, BackendError)
 
 
 class UsageError(Exception):
@@ -254,6 +255,73 @@ def cmd_model_stages(args) -> None:
         print(f"lower bound    {format_quantity(result.bound_s, 'time')}")
 
 
+# -- rooflab measure ------------------------------------------------------------------------------
+
+
+def _backend_and_config(args):
+    from rooflab.backends.base import select_backend
+
+    config = load_config(args.config) if args.config else validate_config({})
+    return select_backend(args.backend or config["backend"]), config
+
+
+def cmd_measure_ceilings(args) -> None:
+    from rooflab.experiments import ceilings
+    from rooflab.records import write_run
+
+    backend, config = _backend_and_config(args)
+    settings = ceilings.QUICK if args.quick else ceilings.settings_from_config(config["ceilings"])
+    tables = ceilings.run_ceilings(backend, settings)
+    run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
+    print(f"rooflab: wrote {run_dir}", file=sys.stderr)
+    columns = ("kind", "name", "kernel", "dtype", "value", "unit", "threads", "method")
+    rows = [{c: row.get(c) for c in columns} for row in tables["ceilings"]]
+    if args.format == "table":
+        for row in rows:
+            kind = "byte_rate" if row["unit"] == "B/s" else "flop_rate"
+            row["value"] = format_quantity(row["value"], kind)
+            del row["unit"], row["method"]
+    print_rows(rows, args.format)
+
+
+def cmd_measure_gemm(args) -> None:
+    from rooflab.experiments.gemm import run_gemm_sweep
+    from rooflab.experiments.timing import TimingSettings
+    from rooflab.records import write_run
+
+    backend, config = _backend_and_config(args)
+    if args.sweep not in config["sweeps"]:
+        known = ", ".join(config["sweeps"]) or "none"
+        raise UsageError(f"no sweep {args.sweep!r} in {args.config}; sweeps: {known}")
+    tables = run_gemm_sweep(
+        backend,
+        args.sweep,
+        config["sweeps"][args.sweep],
+        TimingSettings.from_config(config["timing"]),
+    )
+    run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
+    print(f"rooflab: wrote {run_dir}", file=sys.stderr)
+    failed = sorted({r["config_id"] for r in tables["correctness"] if not r["passed"]})
+    rows = [
+        {
+            "config_id": p["config_id"],
+            "cache_state": p["cache_state"],
+            "n_samples": p["n_samples"],
+            "median_s": p["median_s"],
+            "p25_s": p["p25_s"],
+            "p75_s": p["p75_s"],
+            "achieved_flops_per_s": p["achieved_flops_per_s"],
+            "noisy": p["noisy"],
+        }
+        for p in tables["gemm_points"]
+    ]
+    print_rows(rows, args.format)
+    for config_id in failed:
+        print(
+            f"rooflab: {config_id} failed its correctness check and was not timed", file=sys.stderr
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="rooflab", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rooflab {__version__}")
@@ -280,6 +348,26 @@ def build_parser() -> argparse.ArgumentParser:
     stages.add_argument("file", help="YAML with stages: [{name, flops, bytes, after}]")
     _add_device_options(stages)
     stages.set_defaults(handler=cmd_model_stages)
+
+    measure = commands.add_parser("measure", help="measure this machine (no Snakemake needed)")
+    measure_commands = measure.add_subparsers(dest="measure_command", required=True, metavar="WHAT")
+    ceilings = measure_commands.add_parser("ceilings", help="bandwidth and compute ceilings")
+    ceilings.add_argument("--quick", action="store_true", help="a coarse sweep (under a minute)")
+    gemm_measure = measure_commands.add_parser("gemm", help="one GEMM sweep of a config file")
+    gemm_measure.add_argument("--sweep", required=True, help="sweep name in the config")
+    for command, config_required in ((ceilings, False), (gemm_measure, True)):
+        command.add_argument(
+            "--config",
+            required=config_required,
+            help="campaign config (default settings when omitted)",
+        )
+        command.add_argument(
+            "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
+        )
+        command.add_argument("--out", required=True, help="folder for the run's Parquet files")
+        command.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    ceilings.set_defaults(handler=cmd_measure_ceilings)
+    gemm_measure.set_defaults(handler=cmd_measure_gemm)
     return parser
 
 

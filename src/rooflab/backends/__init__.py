@@ -1,0 +1,1 @@
+"""Backends: one interface, a CPU (numpy/numba) and a CUDA (CuPy) implementation."""

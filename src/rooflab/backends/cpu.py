@@ -1,0 +1,171 @@
+"""The CPU backend: numpy (BLAS) for GEMM, numba kernels for ceilings, host clock for timing.
+
+CPU work is synchronous, so a host clock around the call is the whole interval. Conditions come
+from rooflab.conditions (the effective clock is measured, not read from /proc/cpuinfo).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import numba
+import numpy as np
+
+from rooflab import conditions, machine
+from rooflab.backends import cpu_kernels
+from rooflab.backends.base import Backend, BackendError, GemmOperands, Workload
+
+NUMPY_DTYPES = {"fp64": np.float64, "fp32": np.float32}
+
+
+@numba.njit(parallel=True, cache=True)
+def _parallel_write(buffer, value):
+    # Every thread writes its share, so each core's private caches are evicted, not just one's.
+    for i in numba.prange(buffer.size):
+        buffer[i] = value
+
+
+def random_nonzero(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Magnitudes in [0.5, 1) with random signs: no zeros, no cancellation to exactly zero."""
+    magnitude = rng.uniform(0.5, 1.0, size=shape)
+    return np.where(rng.random(size=shape) < 0.5, -magnitude, magnitude)
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    gemm_dtypes = tuple(NUMPY_DTYPES)
+    stream_kernels = tuple(cpu_kernels.STREAM_KERNELS)
+    fma_dtypes = ("fp64", "fp32")
+
+    def __init__(self) -> None:
+        self.identity = machine.cpu_identity()
+        self._caches = machine.cache_bytes_by_level(self.identity)
+        # Evict every level: a non-inclusive L3 (AMD) holds lines besides the L2s, so the buffer
+        # is 2x the sum of all levels, which is >= 2x the last-level cache.
+        self.flush_bytes = 2 * sum(self._caches.values())
+        self.flush_method = (
+            f"parallel write of a {self.flush_bytes} B buffer "
+            "(2x the summed cache capacity) before each sample"
+        )
+        self._flush_buffer = np.empty(self.flush_bytes // 8, dtype=np.float64)
+        self._flush_value = 0.0
+        self.flush_cache()  # compile and first-touch now, not in the first cold sample
+        conditions.warm_up()
+
+    # -- identity and conditions --
+    def run_metadata(self) -> dict:
+        versions = {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "numba": numba.__version__,
+        }
+        return {
+            "host": self.identity["hostname"],
+            "machine_id": self.identity["machine_id"],
+            "backend": self.name,
+            "device_name": self.identity["cpu_model"],
+            "device_uuid": None,
+            "driver_version": None,
+            "runtime_version": None,
+            "library_versions": versions,
+            "machine": self.identity,
+            "blas": conditions.blas_info(),
+        }
+
+    def read_conditions(self, phase: str, config_id: str | None = None) -> dict:
+        reading = conditions.read_cpu_conditions()
+        governor = reading.get("governor")
+        return {
+            "t": datetime.fromisoformat(reading["t"]),
+            "phase": phase,
+            "config_id": config_id,
+            "cpu_ghz_measured": reading.get("cpu_ghz_measured"),
+            "governor": ",".join(governor) if isinstance(governor, list) else governor,
+            "load_avg_1m": reading.get("load_avg_1m"),
+            "unavailable": {
+                **reading.get("unavailable", {}),
+                **{
+                    key: "not a GPU"
+                    for key in (
+                        "sm_clock_mhz",
+                        "mem_clock_mhz",
+                        "temp_c",
+                        "power_w",
+                        "throttle_reasons",
+                    )
+                },
+            },
+        }
+
+    def sample_clock_mhz(self) -> float | None:
+        return conditions.measure_cpu_clock_hz(min_time_s=5e-5) / 1e6
+
+    # -- memory and caches --
+    def memory_available_bytes(self) -> int:
+        try:
+            with open("/proc/meminfo", encoding="ascii") as meminfo:
+                for line in meminfo:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+    def cache_bytes_by_level(self) -> dict[str, int]:
+        return dict(self._caches)
+
+    def flush_cache(self) -> None:
+        self._flush_value += 1.0
+        _parallel_write(self._flush_buffer, self._flush_value)
+
+    # -- running and timing --
+    def synchronize(self) -> None:
+        pass  # CPU calls return when their work is done
+
+    def time_call(self, call: Callable[[], object]) -> float:
+        start = time.perf_counter_ns()
+        call()
+        return (time.perf_counter_ns() - start) * 1e-9
+
+    def gemm_operands(self, m, n, k, dtype, layout, seed) -> GemmOperands:
+        self.check_dtype(dtype)
+        if layout not in ("nn", "nt"):
+            raise BackendError(f"unknown layout {layout!r}; supported: nn, nt")
+        rng = np.random.default_rng(seed)
+        as_dtype = NUMPY_DTYPES[dtype]
+        x = random_nonzero((m, k), rng).astype(as_dtype)
+        w = random_nonzero((k, n) if layout == "nn" else (n, k), rng).astype(as_dtype)
+        return GemmOperands(x=x, w=w, y=np.empty((m, n), dtype=as_dtype), layout=layout)
+
+    def matmul(self, operands: GemmOperands) -> None:
+        w = operands.w if operands.layout == "nn" else operands.w.T
+        np.matmul(operands.x, w, out=operands.y)
+
+    def poison(self, array) -> None:
+        array.fill(np.nan)
+
+    def to_host(self, array):
+        return array
+
+    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> Workload:
+        arrays = cpu_kernels.allocate_stream(kernel, working_set_bytes, threads)
+        elements = sum(a.size for a in arrays) // cpu_kernels.STREAM_KERNELS[kernel]
+        return Workload(
+            run=lambda reps: cpu_kernels.run_stream(kernel, arrays, reps, threads),
+            amount_per_unit=elements * cpu_kernels.STREAM_BYTES_PER_ELEMENT[kernel],
+            unit="B",
+        )
+
+    def fma_workload(self, dtype: str, threads: int) -> Workload:
+        return Workload(
+            run=lambda iters: cpu_kernels.run_fma(dtype, iters, threads),
+            amount_per_unit=cpu_kernels.fma_flops(dtype, 1, threads),
+            unit="FLOP",
+        )
+
+    def default_threads(self) -> int:
+        return min(self.identity["usable_cpus"], numba.config.NUMBA_NUM_THREADS)

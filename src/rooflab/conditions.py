@@ -1,0 +1,252 @@
+"""The clock and machine conditions a measurement was taken under (DESIGN.md §4).
+
+Read only: rooflab never changes clocks, governors or power limits. It measures the machine as
+found and records what it found. The effective CPU clock comes from a calibrated dependent-add
+loop, because /proc/cpuinfo's "cpu MHz" is often just the TSC rate (under KVM, for one) and
+cpufreq is often absent.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import platform
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rooflab.machine import PROC_ROOT, SYS_CPU_ROOT, cpu_dirs, cpuinfo_values
+
+__all__ = [
+    "ADDS_PER_BLOCK",
+    "ClockUnavailable",
+    "blas_info",
+    "measure_cpu_clock_hz",
+    "read_cpu_conditions",
+    "time_add_blocks_s",
+    "warm_up",
+]
+
+# Dependent adds per inline-asm block; the loop counter runs beside the chain, off its critical
+# path, so one block costs ADDS_PER_BLOCK cycles.
+ADDS_PER_BLOCK = 128
+
+# x86_64 adds a register, not `add $1, reg`: recent Intel cores (Golden Cove on) are reported to
+# fold small immediates at rename and would run an immediate chain faster than one add per cycle.
+# aarch64 adds an immediate: the register form is ADD (shifted register), which some cores (and
+# LLVM's Apple model) give 2 cycles, while the immediate form is 1 cycle on all known cores.
+_ADD_LINE_BY_ARCHITECTURE = {
+    "x86_64": "add $1, $0",  # AT&T: $0 += $1
+    "amd64": "add $1, $0",
+    "aarch64": "add $0, $0, #1",  # step is 1 by construction; $1 stays unused
+    "arm64": "add $0, $0, #1",
+}
+
+# Only the first measurement uses this guess, to size its repetitions.
+_clock_estimate_hz = 3.0e9
+
+_THREADING_ENV_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "BLIS_", "NUMBA_")
+
+
+class ClockUnavailable(RuntimeError):
+    """The effective CPU clock cannot be measured here (architecture or toolchain missing)."""
+
+
+def _add_block_asm(machine: str) -> str:
+    line = _ADD_LINE_BY_ARCHITECTURE.get(machine.lower())
+    if line is None:
+        supported = ", ".join(sorted(_ADD_LINE_BY_ARCHITECTURE))
+        raise ClockUnavailable(
+            f"no dependent-add loop for architecture {machine!r} (supported: {supported})"
+        )
+    return "\n\t".join([line] * ADDS_PER_BLOCK)
+
+
+@functools.cache
+def _compiled_add_chain() -> Callable[[int, int], int]:
+    """run(blocks, step) -> the sum of blocks × ADDS_PER_BLOCK dependent adds of step.
+
+    Built on first use so that importing rooflab does not pay for numba (about half a second).
+    """
+    asm_text = _add_block_asm(platform.machine())
+    try:
+        import llvmlite.binding as llvm
+        from llvmlite import ir
+        from numba import njit, types
+        from numba.extending import intrinsic
+    except ImportError as error:
+        raise ClockUnavailable(f"numba/llvmlite is needed for the add loop: {error}") from error
+
+    # numba does not set up LLVM's asm parser, without which inline asm cannot be emitted.
+    llvm.initialize_native_asmparser()
+
+    @intrinsic
+    def add_block(typingctx, accumulator, step):
+        signature = types.int64(types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            int64 = ir.IntType(64)
+            asm = ir.InlineAsm(
+                ir.FunctionType(int64, [int64, int64]),
+                asm_text,
+                "=r,r,0",  # $0: the accumulator (out, tied to the second input); $1: step
+                side_effect=True,  # keeps LLVM from hoisting or merging the block
+            )
+            accumulator_value, step_value = args
+            return builder.call(asm, [step_value, accumulator_value])
+
+        return signature, codegen
+
+    @njit
+    def run_add_chain(blocks, step):
+        accumulator = 0
+        for _ in range(blocks):
+            accumulator = add_block(accumulator, step)
+        return accumulator
+
+    try:
+        run_add_chain(1, 1)  # compile now, never inside a timed region
+    except Exception as error:  # a numba/LLVM failure must not take the measurement down with it
+        raise ClockUnavailable(f"compiling the add loop failed: {error}") from error
+    return run_add_chain
+
+
+def warm_up() -> None:
+    """Compile the add loop and calibrate its length, so the first real reading is cheap."""
+    measure_cpu_clock_hz()
+
+
+def time_add_blocks_s(blocks: int, repeats: int = 3) -> float:
+    """Fastest wall time, over `repeats` runs, of blocks × ADDS_PER_BLOCK dependent adds."""
+    if blocks < 1 or repeats < 1:
+        raise ValueError(f"need blocks >= 1 and repeats >= 1, got {blocks} and {repeats}")
+    run_add_chain = _compiled_add_chain()
+    step = 1  # a runtime value, so x86_64's adds stay register-register (aarch64 adds #1 itself)
+    expected = blocks * ADDS_PER_BLOCK * step
+    best_ns = math.inf
+    for _ in range(repeats):
+        start_ns = time.perf_counter_ns()
+        total = run_add_chain(blocks, step)
+        elapsed_ns = time.perf_counter_ns() - start_ns
+        if total != expected:
+            raise ClockUnavailable(
+                f"add loop summed to {total}, expected {expected}: it did not run as written"
+            )
+        best_ns = min(best_ns, elapsed_ns)
+    return max(best_ns, 1) / 1e9  # a coarse timer can read 0 ns
+
+
+def measure_cpu_clock_hz(min_time_s: float = 0.002, repeats: int = 5) -> float:
+    """The effective clock of the calling core, in Hz, from a dependent-add chain.
+
+    Each add waits one cycle for the previous one on every x86_64 and aarch64 core, so cycles =
+    adds. The chain runs `repeats` times of about min_time_s / repeats each, and the fastest
+    wins: preemption or a migration only ever makes a repetition slower.
+    """
+    global _clock_estimate_hz
+    repetition_s = min_time_s / repeats
+    blocks = max(1, math.ceil(repetition_s * _clock_estimate_hz / ADDS_PER_BLOCK))
+    clock_hz = blocks * ADDS_PER_BLOCK / time_add_blocks_s(blocks, repeats)
+    _clock_estimate_hz = clock_hz
+    return clock_hz
+
+
+def read_cpu_conditions(
+    sys_cpu_root: Path = SYS_CPU_ROOT, cpuinfo_path: Path = PROC_ROOT / "cpuinfo"
+) -> dict:
+    """One reading of the CPU's conditions; `unavailable` says why any field is None."""
+    unavailable: dict[str, str] = {}
+    conditions: dict = {"t": datetime.now(UTC).isoformat(timespec="microseconds")}
+
+    try:
+        conditions["cpu_ghz_measured"] = measure_cpu_clock_hz() / 1e9
+    except ClockUnavailable as error:
+        conditions["cpu_ghz_measured"] = None
+        unavailable["cpu_ghz_measured"] = str(error)
+
+    governors, cur_mhz = _read_cpufreq(sys_cpu_root, unavailable)
+    conditions["governor"] = governors
+    conditions["cpufreq_cur_mhz"] = cur_mhz
+
+    try:
+        mhz_values = [float(value) for value in cpuinfo_values("cpu MHz", cpuinfo_path)]
+        if not mhz_values:
+            unavailable["cpuinfo_mhz"] = f"{cpuinfo_path} has no 'cpu MHz' lines"
+        conditions["cpuinfo_mhz"] = mhz_values or None
+    except (OSError, ValueError) as error:
+        conditions["cpuinfo_mhz"] = None
+        unavailable["cpuinfo_mhz"] = f"cannot read 'cpu MHz' from {cpuinfo_path}: {error}"
+
+    try:
+        load_1m, load_5m, load_15m = os.getloadavg()
+    except OSError as error:
+        load_1m = load_5m = load_15m = None
+        for name in ("load_avg_1m", "load_avg_5m", "load_avg_15m"):
+            unavailable[name] = f"os.getloadavg() failed: {error}"
+    conditions.update(load_avg_1m=load_1m, load_avg_5m=load_5m, load_avg_15m=load_15m)
+
+    conditions["unavailable"] = unavailable
+    return conditions
+
+
+def _read_cpufreq(
+    sys_cpu_root: Path, unavailable: dict[str, str]
+) -> tuple[list[str] | None, list[float] | None]:
+    """Distinct scaling governors and per-cpu current MHz, for the cpus that expose cpufreq."""
+    with_cpufreq = [cpu_dir / "cpufreq" for _, cpu_dir in cpu_dirs(sys_cpu_root)]
+    with_cpufreq = [path for path in with_cpufreq if path.is_dir()]
+    if not with_cpufreq:
+        reason = f"no {sys_cpu_root}/cpu0/cpufreq (virtual machine or no cpufreq driver?)"
+        unavailable["governor"] = unavailable["cpufreq_cur_mhz"] = reason
+        return None, None
+
+    governors: set[str] = set()
+    cur_mhz: list[float] = []
+    for cpufreq_dir in with_cpufreq:
+        try:
+            governors.add((cpufreq_dir / "scaling_governor").read_text().strip())
+        except OSError as error:
+            unavailable["governor"] = f"cannot read {cpufreq_dir}/scaling_governor: {error}"
+        try:
+            cur_mhz.append(int((cpufreq_dir / "scaling_cur_freq").read_text()) / 1000)
+        except (OSError, ValueError) as error:
+            unavailable["cpufreq_cur_mhz"] = f"cannot read {cpufreq_dir}/scaling_cur_freq: {error}"
+    # A partial reading would pass for the whole machine, so report none if any cpu failed.
+    return (
+        sorted(governors) if "governor" not in unavailable else None,
+        cur_mhz if "cpufreq_cur_mhz" not in unavailable else None,
+    )
+
+
+def blas_info() -> dict:
+    """The BLAS (and OpenMP) libraries loaded in this process, and threading variables set."""
+    import numpy  # noqa: F401  # loads numpy's BLAS, which threadpoolctl can only see once loaded
+    from threadpoolctl import threadpool_info
+
+    libraries = threadpool_info()
+    fields = (
+        "internal_api",
+        "version",
+        "architecture",
+        "threading_layer",
+        "num_threads",
+        "prefix",
+        "filepath",
+    )
+    blas = [{f: lib.get(f) for f in fields} for lib in libraries if lib.get("user_api") == "blas"]
+    openmp = [
+        {f: lib.get(f) for f in fields} for lib in libraries if lib.get("user_api") == "openmp"
+    ]
+    unavailable = {}
+    if not blas:
+        unavailable["blas_libraries"] = "threadpoolctl found no BLAS library loaded in this process"
+    return {
+        "blas_libraries": blas,
+        "openmp_libraries": openmp,
+        "env": {
+            k: v for k, v in sorted(os.environ.items()) if k.startswith(_THREADING_ENV_PREFIXES)
+        },
+        "unavailable": unavailable,
+    }

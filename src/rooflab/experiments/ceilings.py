@@ -1,0 +1,285 @@
+"""Empirical ceilings: bandwidth per memory level from a working-set sweep, compute per
+instruction path from independent FMA chains, and the BLAS GEMM peak as a separate library path.
+
+Each sweep point repeats its kernel many times inside one timed call (so call overhead vanishes),
+takes several such windows and keeps their median. A level's ceiling is the best point median on
+its plateau: working sets well inside that level and well outside the one before it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+
+from rooflab.backends.base import Backend, Workload
+from rooflab.config import ConfigError
+from rooflab.experiments.runs import conditions_row, run_row
+from rooflab.experiments.timing import Progress, TimingSettings, measure, summarize
+from rooflab.records import new_run_id, utc_now
+from rooflab.units import UnitError, parse_bytes
+
+# A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
+# at DRAM_ABOVE x the total cache capacity.
+PLATEAU_ABOVE, PLATEAU_BELOW, DRAM_ABOVE = 2.0, 0.5, 4.0
+
+
+@dataclass(frozen=True)
+class CeilingSettings:
+    min_working_set_bytes: int = 16 * 1024
+    max_working_set_bytes: int | None = None  # None: 8x the total cache capacity
+    points_per_octave: int = 4
+    kernels: tuple[str, ...] = ("read", "copy", "triad")
+    threads: int | None = None  # None: all usable cores
+    window_s: float = 0.02
+    windows: int = 5
+    fma_dtypes: tuple[str, ...] = ("fp64", "fp32")
+    blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
+    blas_n: int = 2048
+    blas_timing: TimingSettings = field(
+        default_factory=lambda: TimingSettings(warmup_s=0.3, min_time_s=1.0, min_samples=5)
+    )
+
+
+QUICK = CeilingSettings(
+    points_per_octave=2,
+    kernels=("triad",),
+    window_s=0.01,
+    windows=3,
+    blas_n=1024,
+    blas_timing=TimingSettings(warmup_s=0.1, min_time_s=0.3, min_samples=5),
+)
+
+
+def settings_from_config(ceilings: dict, where: str = "ceilings") -> CeilingSettings:
+    """CeilingSettings from a validated config's `ceilings` section (sizes parsed with units)."""
+    sizes = {}
+    for key in ("min_working_set", "max_working_set"):
+        text = ceilings[key]
+        if key == "max_working_set" and text == "auto":
+            sizes[key] = None
+            continue
+        try:
+            sizes[key] = int(parse_bytes(text, positive=True))
+        except UnitError as error:
+            raise ConfigError(f"{where}.{key}: {error}") from None
+    return CeilingSettings(
+        min_working_set_bytes=sizes["min_working_set"],
+        max_working_set_bytes=sizes["max_working_set"],
+        points_per_octave=ceilings["points_per_octave"],
+        kernels=tuple(ceilings["kernels"]),
+        threads=ceilings["threads"],
+        window_s=ceilings["window_s"],
+        windows=ceilings["windows"],
+        fma_dtypes=tuple(ceilings["fma_dtypes"]),
+        blas_dtypes=tuple(ceilings["blas_dtypes"]),
+        blas_n=ceilings["blas_n"],
+    )
+
+
+def working_set_sizes(low: int, high: int, points_per_octave: int) -> list[int]:
+    """Geometric from `low` to `high` inclusive, rounded to 1 KiB."""
+    octaves = math.log2(high / low)
+    count = max(1, math.ceil(octaves * points_per_octave))
+    sizes = {round(low * 2 ** (i * octaves / count) / 1024) * 1024 for i in range(count + 1)}
+    return sorted(sizes)
+
+
+def plateaus(cache_bytes_by_level: dict[str, int], high: int) -> dict[str, tuple[int, int]]:
+    """Working-set range of each level's plateau, levels in order of size, then DRAM."""
+    windows, below = {}, 0
+    for level, size in sorted(cache_bytes_by_level.items(), key=lambda item: item[1]):
+        windows[level] = (int(PLATEAU_ABOVE * below), int(PLATEAU_BELOW * size))
+        below = size
+    windows["DRAM"] = (int(DRAM_ABOVE * sum(cache_bytes_by_level.values())), high)
+    return windows
+
+
+def time_workload(
+    backend: Backend, workload: Workload, window_s: float, windows: int
+) -> tuple[float, int, float]:
+    """(median rate per s, units per window, IQR/median of the windows' rates)."""
+
+    def seconds_for(units: int) -> float:
+        return backend.time_call(lambda: workload.run(units))
+
+    workload.run(1)  # warm-up: compilation, first touch, thread start-up
+    # Grow the work per call until one call lasts a whole window: then a fixed cost per call
+    # (thread wake-up, Python) is a small part of it, whatever the machine's overheads are.
+    units, seconds = 1, seconds_for(1)
+    while seconds < window_s:
+        units *= 8 if seconds < window_s / 8 else 2
+        seconds = seconds_for(units)
+    rates = [units * workload.amount_per_unit / seconds_for(units) for _ in range(windows)]
+    median = statistics.median(rates)
+    if len(rates) > 1:
+        p25, _, p75 = statistics.quantiles(rates, n=4, method="inclusive")
+    else:
+        p25 = p75 = median
+    return median, units, (p75 - p25) / median
+
+
+def run_ceilings(
+    backend: Backend, settings: CeilingSettings, run_id: str | None = None
+) -> dict[str, list[dict]]:
+    run_id = run_id or new_run_id()
+    started = utc_now()
+    threads = settings.threads or backend.default_threads()
+    caches = backend.cache_bytes_by_level()
+    high = settings.max_working_set_bytes or 8 * sum(caches.values())
+    sizes = working_set_sizes(settings.min_working_set_bytes, high, settings.points_per_octave)
+    level_windows = plateaus(caches, high)
+    tables: dict[str, list[dict]] = {
+        "conditions": [],
+        "ceilings": [],
+        "ceiling_sweep": [],
+        "samples": [],
+    }
+    progress = Progress("ceilings")
+    total = len(settings.kernels) * len(sizes) + len(settings.fma_dtypes)
+    done = 0
+
+    for kernel in settings.kernels:
+        tables["conditions"].append(conditions_row(backend, run_id, "before", f"stream/{kernel}"))
+        points = []
+        for size in sizes:
+            workload = backend.stream_workload(kernel, size, threads)
+            rate, reps, iqr = time_workload(backend, workload, settings.window_s, settings.windows)
+            working_set = workload.amount_per_unit  # one pass touches the whole working set
+            level = next(
+                (name for name, (lo, hi) in level_windows.items() if lo <= working_set <= hi), None
+            )
+            points.append((working_set, rate, level))
+            tables["ceiling_sweep"].append(
+                {
+                    "run_id": run_id,
+                    "kernel": kernel,
+                    "working_set_bytes": working_set,
+                    "threads": threads,
+                    "value": rate,
+                    "unit": "B/s",
+                    "reps": reps,
+                    "n_windows": settings.windows,
+                    "window_s": settings.window_s,
+                    "iqr_ratio": iqr,
+                    "level": level,
+                }
+            )
+            done += 1
+            progress.update(f"{kernel} {working_set} B: {rate / 1e9:.1f} GB/s", done / total)
+        tables["conditions"].append(conditions_row(backend, run_id, "after", f"stream/{kernel}"))
+        for level, (lo, hi) in level_windows.items():
+            on_plateau = [(ws, rate) for ws, rate, name in points if name == level]
+            if not on_plateau:
+                continue  # the sweep did not reach this plateau; no ceiling is claimed
+            tables["ceilings"].append(
+                {
+                    "run_id": run_id,
+                    "kind": "bandwidth",
+                    "name": level,
+                    "kernel": kernel,
+                    "dtype": "fp64",
+                    "value": max(rate for _, rate in on_plateau),
+                    "unit": "B/s",
+                    "method": (
+                        f"best of {len(on_plateau)} sweep points with working sets in "
+                        f"[{lo}, {hi}] B, each the median of {settings.windows} windows of "
+                        f">= {settings.window_s} s; STREAM byte convention, write-allocate "
+                        f"traffic not counted"
+                    ),
+                    "cache_state": "warm",
+                    "threads": threads,
+                    "working_set_min_bytes": min(ws for ws, _ in on_plateau),
+                    "working_set_max_bytes": max(ws for ws, _ in on_plateau),
+                    "n_points": len(on_plateau),
+                }
+            )
+
+    for dtype in settings.fma_dtypes:
+        config_id = f"fma/{dtype}"
+        tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
+        rate, iters, _ = time_workload(
+            backend, backend.fma_workload(dtype, threads), settings.window_s, settings.windows
+        )
+        tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
+        tables["ceilings"].append(
+            {
+                "run_id": run_id,
+                "kind": "compute",
+                "name": f"{dtype}_fma",
+                "kernel": "fma_chains",
+                "dtype": dtype,
+                "value": rate,
+                "unit": "FLOP/s",
+                "method": (
+                    f"independent SIMD FMA chains, {iters} iterations per window, median of "
+                    f"{settings.windows} windows of >= {settings.window_s} s; FMA = 2 FLOP"
+                ),
+                "cache_state": "warm",
+                "threads": threads,
+                "n_points": 1,
+            }
+        )
+        done += 1
+        progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s", done / total)
+
+    for dtype in settings.blas_dtypes:
+        tables["ceilings"].append(_blas_ceiling(backend, dtype, settings, run_id, tables, progress))
+
+    tables["runs"] = [
+        run_row(
+            backend,
+            run_id=run_id,
+            kind="ceilings",
+            sweep=None,
+            started_at=started,
+            ended_at=utc_now(),
+            settings=_settings_record(settings, threads, high),
+        )
+    ]
+    return tables
+
+
+def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
+    n = settings.blas_n
+    config_id = f"blas/{dtype}/n{n}"
+    operands = backend.gemm_operands(n, n, n, dtype, "nn", seed=0)
+    tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
+    samples = measure(
+        lambda: backend.matmul(operands), backend, settings.blas_timing, "warm", progress
+    )
+    tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
+    tables["samples"].extend(
+        {
+            "run_id": run_id,
+            "config_id": config_id,
+            "cache_state": "warm",
+            "sample_idx": i,
+            "seconds": s.seconds,
+            "clock_mhz": s.clock_mhz,
+        }
+        for i, s in enumerate(samples)
+    )
+    summary = summarize([s.seconds for s in samples], settings.blas_timing.noisy_iqr_ratio)
+    return {
+        "run_id": run_id,
+        "kind": "compute",
+        "name": f"{dtype}_blas",
+        "kernel": "matmul",
+        "dtype": dtype,
+        "value": 2 * n**3 / summary.median_s,
+        "unit": "FLOP/s",
+        "method": (
+            f"library GEMM (numpy matmul / BLAS) of {n}x{n}x{n}, median of "
+            f"{summary.n_samples} warm samples"
+        ),
+        "cache_state": "warm",
+        "threads": None,
+        "n_points": 1,
+    }
+
+
+def _settings_record(settings: CeilingSettings, threads: int, high: int) -> dict:
+    record = replace(settings, threads=threads, max_working_set_bytes=high).__dict__.copy()
+    record["blas_timing"] = settings.blas_timing.__dict__
+    return record

@@ -1,0 +1,180 @@
+"""GEMM sweeps: every configuration checked for correctness, then timed per cache state."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from rooflab.backends.base import Backend, BackendError
+from rooflab.experiments.correctness import check_gemm
+from rooflab.experiments.runs import conditions_row, run_row
+from rooflab.experiments.timing import Progress, TimingSettings, measure, summarize
+from rooflab.model import gemm_ledger, tensor_bytes
+from rooflab.records import new_run_id, utc_now
+from rooflab.units import format_quantity
+
+# Headroom left for the interpreter, BLAS workspace and the rest of the machine.
+MEMORY_HEADROOM = 0.8
+
+
+class GemmTooLarge(BackendError):
+    """A configuration whose operands would not fit in memory."""
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    sweep: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    layout: str
+
+    @property
+    def config_id(self) -> str:
+        return f"{self.sweep}/{self.dtype}/{self.layout}/m{self.m}_n{self.n}_k{self.k}"
+
+
+def sweep_configs(name: str, sweep: dict) -> list[GemmConfig]:
+    """The sweep's cross product in a stable order: dtype, layout, n, k, then M ascending."""
+    return [
+        GemmConfig(name, m, n, k, dtype, layout)
+        for dtype, layout, n, k, m in itertools.product(
+            sweep["dtypes"], sweep["layouts"], sweep["n"], sweep["k"], sorted(sweep["m"])
+        )
+    ]
+
+
+def bytes_needed(config: GemmConfig) -> int:
+    """Operands in their dtype, plus the float64 copies the correctness check makes."""
+    m, n, k = config.m, config.n, config.k
+    operands = sum(tensor_bytes(config.dtype, count) for count in (m * k, k * n, m * n))
+    reference = 8 * (min(m, 256) * k + k * min(n, 256) + 3 * min(m, 256) * min(n, 256))
+    return operands + reference
+
+
+def check_fits(backend: Backend, configs: list[GemmConfig]) -> None:
+    available = int(backend.memory_available_bytes() * MEMORY_HEADROOM)
+    for config in configs:
+        backend.check_dtype(config.dtype)
+        needed = bytes_needed(config)
+        if needed > available:
+            raise GemmTooLarge(
+                f"{config.config_id}: m={config.m} n={config.n} k={config.k} {config.dtype} needs "
+                f"{format_quantity(needed, 'bytes')} but only "
+                f"{format_quantity(available, 'bytes')} is available to it ({backend.name})"
+            )
+
+
+def run_gemm_sweep(
+    backend: Backend, name: str, sweep: dict, timing: TimingSettings, run_id: str | None = None
+) -> dict[str, list[dict]]:
+    """Measure one sweep; return the rows of each table it produces (nothing is written here)."""
+    configs = sweep_configs(name, sweep)
+    check_fits(backend, configs)  # refuse before measuring anything
+    run_id = run_id or new_run_id()
+    started = utc_now()
+    tables: dict[str, list[dict]] = {
+        "conditions": [],
+        "samples": [],
+        "gemm_points": [],
+        "correctness": [],
+    }
+    progress = Progress(f"gemm {name}")
+    tables["conditions"].append(conditions_row(backend, run_id, "before"))
+    for index, config in enumerate(configs):
+        progress.update(f"{index}/{len(configs)} {config.config_id}", index / len(configs))
+        _measure_config(backend, config, sweep, timing, run_id, tables, progress)
+    tables["conditions"].append(conditions_row(backend, run_id, "after"))
+    settings = {"sweep": sweep, "timing": timing.__dict__}
+    tables["runs"] = [
+        run_row(
+            backend,
+            run_id=run_id,
+            kind="gemm",
+            sweep=name,
+            started_at=started,
+            ended_at=utc_now(),
+            settings=settings,
+        )
+    ]
+    return tables
+
+
+def _measure_config(backend, config, sweep, timing, run_id, tables, progress) -> None:
+    ids = {"run_id": run_id, "config_id": config.config_id}
+    shape = {"m": config.m, "n": config.n, "k": config.k}
+    operands = backend.gemm_operands(
+        config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
+    )
+    backend.poison(operands.y)
+    backend.matmul(operands)
+    backend.synchronize()
+    checks, rows, cols = check_gemm(
+        backend.to_host(operands.x),
+        backend.to_host(operands.w),
+        backend.to_host(operands.y),
+        config.layout,
+        config.dtype,
+        seed=sweep["seed"],
+    )
+    for check in checks:
+        tables["correctness"].append(
+            {
+                **ids,
+                "sweep": config.sweep,
+                **shape,
+                "dtype": config.dtype,
+                "layout": config.layout,
+                "metric": check.metric,
+                "error": check.error,
+                "tolerance": check.tolerance,
+                "passed": check.passed,
+                "rows_checked": rows,
+                "cols_checked": cols,
+                "detail": check.detail,
+            }
+        )
+    if not all(check.passed for check in checks):
+        return  # a wrong result is recorded, never timed
+
+    ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
+    for cache_state in sweep["cache_states"]:
+        tables["conditions"].append(conditions_row(backend, run_id, "before", config.config_id))
+        samples = measure(lambda: backend.matmul(operands), backend, timing, cache_state, progress)
+        tables["conditions"].append(conditions_row(backend, run_id, "after", config.config_id))
+        tables["samples"].extend(
+            {
+                **ids,
+                "cache_state": cache_state,
+                "sample_idx": i,
+                "seconds": s.seconds,
+                "clock_mhz": s.clock_mhz,
+            }
+            for i, s in enumerate(samples)
+        )
+        summary = summarize([s.seconds for s in samples], timing.noisy_iqr_ratio)
+        tables["gemm_points"].append(
+            {
+                **ids,
+                "sweep": config.sweep,
+                **shape,
+                "dtype": config.dtype,
+                "x_dtype": config.dtype,
+                "w_dtype": config.dtype,
+                "y_dtype": config.dtype,
+                "layout": config.layout,
+                "cache_state": cache_state,
+                "n_samples": summary.n_samples,
+                "median_s": summary.median_s,
+                "p25_s": summary.p25_s,
+                "p75_s": summary.p75_s,
+                "min_s": summary.min_s,
+                "flops": ledger.flops,
+                "bytes_model": ledger.bytes,
+                "achieved_flops_per_s": ledger.flops / summary.median_s,
+                "noisy": summary.noisy,
+                "flush_method": backend.flush_method if cache_state == "cold" else None,
+                "flush_bytes": backend.flush_bytes if cache_state == "cold" else 0,
+            }
+        )

@@ -1,0 +1,47 @@
+"""The `runs` row every measuring job writes: what ran, where, with which code and settings."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from rooflab.backends.base import Backend
+from rooflab.records import SCHEMA_VERSION, git_state, stable_hash
+
+
+def run_row(
+    backend: Backend,
+    *,
+    run_id: str,
+    kind: str,
+    sweep: str | None,
+    started_at: datetime,
+    ended_at: datetime,
+    settings: dict,
+) -> dict:
+    metadata = backend.run_metadata()
+    commit, dirty = git_state()
+    as_json = {
+        key: json.dumps(metadata.pop(key), sort_keys=True, default=str)
+        for key in ("library_versions", "machine", "blas")
+    }
+    return {
+        "run_id": run_id,
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "sweep": sweep,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        **metadata,
+        **as_json,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "config_hash": stable_hash(settings),
+        "settings": json.dumps(settings, sort_keys=True, default=str),
+    }
+
+
+def conditions_row(backend: Backend, run_id: str, phase: str, config_id: str | None = None) -> dict:
+    reading = backend.read_conditions(phase, config_id)
+    reading["unavailable"] = json.dumps(reading.get("unavailable") or {}, sort_keys=True)
+    return {"run_id": run_id, **reading}

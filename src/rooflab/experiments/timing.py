@@ -1,0 +1,114 @@
+"""The sampling loop: warm up by time, then take samples by time with a floor on their count.
+
+Read against DESIGN.md §4: warm-up ends before the first sample; for `cold`, the cache flush runs
+before each sample and outside the timed region; the clock is read after each sample, also outside
+it; every raw sample is kept and summarised by median and IQR, never by the fastest alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rooflab.backends.base import Backend
+
+CACHE_STATES = ("warm", "cold")
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    warmup_s: float = 0.2
+    warmup_min_calls: int = 3
+    min_time_s: float = 0.5  # wall time of the sampling phase, flushes included
+    min_samples: int = 10
+    max_samples: int = 10000
+    noisy_iqr_ratio: float = 0.1
+
+    @classmethod
+    def from_config(cls, timing: dict) -> TimingSettings:
+        return cls(**timing)
+
+
+@dataclass(frozen=True)
+class Sample:
+    seconds: float
+    clock_mhz: float | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    n_samples: int
+    median_s: float
+    p25_s: float
+    p75_s: float
+    min_s: float
+    iqr_ratio: float
+    noisy: bool
+
+
+def summarize(seconds: list[float], noisy_iqr_ratio: float) -> Summary:
+    if not seconds:
+        raise ValueError("no samples to summarise")
+    if len(seconds) == 1:
+        p25 = median = p75 = seconds[0]
+    else:
+        p25, median, p75 = statistics.quantiles(seconds, n=4, method="inclusive")
+    iqr_ratio = (p75 - p25) / median if median > 0 else float("inf")
+    return Summary(
+        len(seconds), median, p25, p75, min(seconds), iqr_ratio, iqr_ratio > noisy_iqr_ratio
+    )
+
+
+class Progress:
+    """A line on stderr every few seconds: what runs, how many samples, elapsed and ETA."""
+
+    def __init__(self, label: str, every_s: float = 2.0, stream=None):
+        self.label, self.every_s = label, every_s
+        self.stream = stream or sys.stderr
+        self.started = self.last = time.monotonic()
+
+    def update(self, text: str, fraction: float | None = None) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        elapsed = now - self.started
+        eta = f", ETA {elapsed / fraction - elapsed:.0f} s" if fraction and fraction > 0 else ""
+        print(f"[{self.label}] {text} ({elapsed:.0f} s elapsed{eta})", file=self.stream, flush=True)
+
+
+def measure(
+    call: Callable[[], object],
+    backend: Backend,
+    settings: TimingSettings,
+    cache_state: str,
+    progress: Progress | None = None,
+) -> list[Sample]:
+    if cache_state not in CACHE_STATES:
+        raise ValueError(f"cache_state must be one of {CACHE_STATES}, got {cache_state!r}")
+
+    # Warm-up: library initialisation, first touch, thread pools; by time, with a floor on calls.
+    started, calls = time.perf_counter(), 0
+    while calls < settings.warmup_min_calls or time.perf_counter() - started < settings.warmup_s:
+        call()
+        calls += 1
+    backend.synchronize()
+
+    samples: list[Sample] = []
+    started = time.perf_counter()
+    while len(samples) < settings.max_samples:
+        elapsed = time.perf_counter() - started
+        if len(samples) >= settings.min_samples and elapsed >= settings.min_time_s:
+            break
+        if cache_state == "cold":
+            backend.flush_cache()  # outside the timed region
+            backend.synchronize()
+        seconds = backend.time_call(call)
+        samples.append(Sample(seconds, backend.sample_clock_mhz()))
+        if progress:
+            done = min(len(samples) / settings.min_samples, elapsed / settings.min_time_s)
+            progress.update(f"{cache_state}: {len(samples)} samples", fraction=done)
+    return samples

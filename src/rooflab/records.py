@@ -1,0 +1,247 @@
+"""What a measuring job writes: one Parquet file per table (DESIGN.md §5), in one run folder.
+
+Every row carries `run_id`; the `runs` row carries `schema_version`, machine identity, commit and
+dirty flag. Measurements are held in memory and written once, at the end. A run folder appears
+whole or not at all: files are written under a hidden `.<run_id>.partial/` folder that is renamed
+into place last; readers skip hidden folders, so a killed job leaves nothing they could mistake for
+a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+
+_S, _F, _I, _B, _T = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.timestamp("us", "UTC")
+
+TABLES: dict[str, pa.Schema] = {
+    "runs": pa.schema(
+        [
+            ("run_id", _S),
+            ("schema_version", _I),
+            ("kind", _S),
+            ("sweep", _S),
+            ("started_at", _T),
+            ("ended_at", _T),
+            ("host", _S),
+            ("machine_id", _S),
+            ("backend", _S),
+            ("device_name", _S),
+            ("device_uuid", _S),
+            ("driver_version", _S),
+            ("runtime_version", _S),
+            ("library_versions", _S),
+            ("git_commit", _S),
+            ("git_dirty", _B),
+            ("config_hash", _S),
+            ("machine", _S),
+            ("blas", _S),
+            ("settings", _S),
+        ]
+    ),
+    "conditions": pa.schema(
+        [
+            ("run_id", _S),
+            ("t", _T),
+            ("phase", _S),
+            ("config_id", _S),
+            ("cpu_ghz_measured", _F),
+            ("sm_clock_mhz", _F),
+            ("mem_clock_mhz", _F),
+            ("temp_c", _F),
+            ("power_w", _F),
+            ("throttle_reasons", _S),
+            ("governor", _S),
+            ("load_avg_1m", _F),
+            ("unavailable", _S),
+        ]
+    ),
+    "ceilings": pa.schema(
+        [
+            ("run_id", _S),
+            ("kind", _S),
+            ("name", _S),
+            ("kernel", _S),
+            ("dtype", _S),
+            ("value", _F),
+            ("unit", _S),
+            ("method", _S),
+            ("cache_state", _S),
+            ("threads", _I),
+            ("working_set_min_bytes", _I),
+            ("working_set_max_bytes", _I),
+            ("n_points", _I),
+        ]
+    ),
+    "ceiling_sweep": pa.schema(
+        [
+            ("run_id", _S),
+            ("kernel", _S),
+            ("working_set_bytes", _I),
+            ("threads", _I),
+            ("value", _F),
+            ("unit", _S),
+            ("reps", _I),
+            ("n_windows", _I),
+            ("window_s", _F),
+            ("iqr_ratio", _F),
+            ("level", _S),
+        ]
+    ),
+    "samples": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("cache_state", _S),
+            ("sample_idx", _I),
+            ("seconds", _F),
+            ("clock_mhz", _F),
+        ]
+    ),
+    "gemm_points": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("sweep", _S),
+            ("m", _I),
+            ("n", _I),
+            ("k", _I),
+            ("dtype", _S),
+            ("x_dtype", _S),
+            ("w_dtype", _S),
+            ("y_dtype", _S),
+            ("layout", _S),
+            ("cache_state", _S),
+            ("n_samples", _I),
+            ("median_s", _F),
+            ("p25_s", _F),
+            ("p75_s", _F),
+            ("min_s", _F),
+            ("flops", _I),
+            ("bytes_model", _I),
+            ("achieved_flops_per_s", _F),
+            ("noisy", _B),
+            ("flush_method", _S),
+            ("flush_bytes", _I),
+        ]
+    ),
+    "correctness": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("sweep", _S),
+            ("m", _I),
+            ("n", _I),
+            ("k", _I),
+            ("dtype", _S),
+            ("layout", _S),
+            ("metric", _S),
+            ("error", _F),
+            ("tolerance", _F),
+            ("passed", _B),
+            ("rows_checked", _I),
+            ("cols_checked", _I),
+            ("detail", _S),
+        ]
+    ),
+}
+
+
+class RecordError(ValueError):
+    """Rows that do not fit the table they are written to."""
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable by start time, unique across machines."""
+    now = now or datetime.now(UTC)
+    return f"{now:%Y%m%dT%H%M%S}Z-{uuid.uuid4().hex[:8]}"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def stable_hash(value: object) -> str:
+    """A short hash of JSON-able settings (key order does not matter)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def git_state(path: Path | None = None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the rooflab checkout that measured; (None, None) outside git."""
+    path = path or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=path,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=path,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit, bool(status.strip())
+
+
+def to_table(name: str, rows: list[dict]) -> pa.Table:
+    schema = TABLES[name]
+    extra = {key for row in rows for key in row} - set(schema.names)
+    if extra:
+        raise RecordError(f"table {name}: unknown column(s) {', '.join(sorted(extra))}")
+    columns = {field.name: [row.get(field.name) for row in rows] for field in schema}
+    try:
+        return pa.table(columns, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise RecordError(f"table {name}: {error}") from None
+
+
+def write_run(out_dir: str | Path, run_id: str, tables: dict[str, list[dict]]) -> Path:
+    """Write `tables` as `out_dir/<run_id>/<table>.parquet`, all or nothing."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arrow_tables = {name: to_table(name, rows) for name, rows in tables.items()}  # fail early
+    final = out_dir / run_id
+    partial = out_dir / f".{run_id}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    for name, table in arrow_tables.items():
+        path = partial / f"{name}.parquet"
+        pq.write_table(table, path)
+        with path.open("rb") as stream:
+            os.fsync(stream.fileno())
+    os.rename(partial, final)  # atomic on one filesystem: the run appears whole
+    _fsync_dir(out_dir)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def read_run(run_dir: str | Path) -> dict[str, pa.Table]:
+    run_dir = Path(run_dir)
+    return {path.stem: pq.read_table(path) for path in sorted(run_dir.glob("*.parquet"))}

@@ -1,0 +1,237 @@
+"""The CPU engine on small real runs, with deliberately broken backends where a test needs one."""
+
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from rooflab.backends.base import BackendError
+from rooflab.backends.cpu import CpuBackend
+from rooflab.config import validate_config
+from rooflab.experiments.gemm import GemmTooLarge, run_gemm_sweep
+from rooflab.experiments.timing import TimingSettings, measure
+from rooflab.model import gemm_ledger
+from rooflab.records import read_run
+from tests.conftest import installed_script
+
+FAST = TimingSettings(
+    warmup_s=0.01, warmup_min_calls=2, min_time_s=0.02, min_samples=3, max_samples=50
+)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return CpuBackend()
+
+
+def _sweep(**overrides):
+    sweep = {
+        "m": [1, 7],
+        "n": [33],
+        "k": [65],
+        "dtypes": ["fp32", "fp64"],
+        "layouts": ["nn", "nt"],
+        "cache_states": ["warm", "cold"],
+        "seed": 3,
+    }
+    sweep.update(overrides)
+    return validate_config({"sweeps": {"s": sweep}})["sweeps"]["s"]
+
+
+def test_small_sweep_records_every_table(backend):
+    tables = run_gemm_sweep(backend, "s", _sweep(), FAST)
+    points = tables["gemm_points"]
+    assert len(points) == 2 * 2 * 2 * 2
+    for point in points:
+        ledger = gemm_ledger(point["m"], point["n"], point["k"], point["dtype"])
+        assert point["flops"] == ledger.flops == 2 * point["m"] * point["n"] * point["k"]
+        assert point["bytes_model"] == ledger.bytes
+        assert point["p25_s"] <= point["median_s"] <= point["p75_s"]
+        assert point["n_samples"] >= FAST.min_samples
+        assert (point["flush_bytes"] > 0) == (point["cache_state"] == "cold")
+        samples = [
+            s
+            for s in tables["samples"]
+            if (s["config_id"], s["cache_state"]) == (point["config_id"], point["cache_state"])
+        ]
+        assert len(samples) == point["n_samples"]
+        assert all(s["clock_mhz"] > 100 for s in samples)
+    assert all(row["passed"] for row in tables["correctness"])
+    assert {row["metric"] for row in tables["correctness"]} == {
+        "finite",
+        "rel_frobenius",
+        "max_componentwise",
+    }
+    (run,) = tables["runs"]
+    assert run["schema_version"] == 1 and run["kind"] == "gemm" and run["sweep"] == "s"
+    assert run["machine_id"] and run["host"] and run["backend"] == "cpu"
+    phases = [(c["phase"], c["config_id"]) for c in tables["conditions"]]
+    assert phases[0] == ("before", None) and phases[-1] == ("after", None)
+    assert all(c["cpu_ghz_measured"] > 0.1 for c in tables["conditions"])
+
+
+class UnwrittenLastRow(CpuBackend):
+    """A matmul that forgets the last row of Y: the NaN poison must catch it."""
+
+    def matmul(self, operands):
+        w = operands.w if operands.layout == "nn" else operands.w.T
+        operands.y[:-1] = operands.x[:-1] @ w
+
+
+class DroppedTerm(CpuBackend):
+    """A matmul that silently drops the last term of every dot product."""
+
+    def matmul(self, operands):
+        w = operands.w if operands.layout == "nn" else operands.w.T
+        np.matmul(operands.x[:, :-1], w[:-1], out=operands.y)
+
+
+@pytest.mark.parametrize(
+    ("broken", "metric"), [(UnwrittenLastRow, "finite"), (DroppedTerm, "rel_frobenius")]
+)
+def test_broken_matmul_is_recorded_and_not_timed(broken, metric):
+    tables = run_gemm_sweep(broken(), "s", _sweep(m=[5], dtypes=["fp64"], layouts=["nn"]), FAST)
+    failed = {row["metric"] for row in tables["correctness"] if not row["passed"]}
+    assert metric in failed
+    assert tables["gemm_points"] == [] and tables["samples"] == []
+
+
+class EventLog(CpuBackend):
+    """Records the order of flushes and timed regions, and makes the flush slow."""
+
+    def __init__(self):
+        self.events = []
+        super().__init__()
+        self.events.clear()
+
+    def flush_cache(self):
+        self.events.append("flush")
+        super().flush_cache()
+        time.sleep(0.02)
+
+    def time_call(self, call):
+        self.events.append("start")
+        seconds = super().time_call(call)
+        self.events.append("stop")
+        return seconds
+
+
+def test_cold_flush_runs_before_each_sample_outside_the_timed_region():
+    backend = EventLog()
+    settings = TimingSettings(
+        warmup_s=0, warmup_min_calls=1, min_time_s=0, min_samples=5, max_samples=5
+    )
+    samples = measure(lambda: None, backend, settings, "cold")
+    assert len(samples) == 5
+    assert backend.events == ["flush", "start", "stop"] * 5
+    assert all(s.seconds < 0.02 for s in samples)  # the 20 ms flush is not in any sample
+    backend.events.clear()
+    measure(lambda: None, backend, settings, "warm")
+    assert "flush" not in backend.events
+
+
+def test_unsupported_dtype_is_refused_before_measuring(backend):
+    with pytest.raises(BackendError, match="does not support dtype 'bf16'; supported: fp64, fp32"):
+        run_gemm_sweep(backend, "s", _sweep(dtypes=["fp32", "bf16"]), FAST)
+
+
+def test_oversize_shape_is_refused_with_its_bytes(backend):
+    with pytest.raises(GemmTooLarge, match=r"m=1048576 n=1048576 k=8 fp64 needs 8\.796\d* TB"):
+        run_gemm_sweep(backend, "s", _sweep(m=[1, 2**20], n=[2**20], k=[8], dtypes=["fp64"]), FAST)
+
+
+def _config_file(tmp_path, **timing):
+    config = {
+        "backend": "cpu",
+        "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3, **timing},
+        "sweeps": {
+            "tiny": {"m": [1, 3], "n": [16], "k": [16], "dtypes": ["fp64"]},
+            "huge": {"m": [2**20], "n": [2**20], "k": [2**20], "dtypes": ["fp32"]},
+        },
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_cli_measure_gemm_writes_one_run(tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            installed_script("rooflab"),
+            "measure",
+            "gemm",
+            "--config",
+            str(_config_file(tmp_path)),
+            "--sweep",
+            "tiny",
+            "--out",
+            str(out),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = out.iterdir()
+    tables = read_run(run_dir)
+    assert set(tables) == {"runs", "conditions", "samples", "gemm_points", "correctness"}
+    assert tables["gemm_points"].num_rows == 4
+    assert set(tables["runs"].column("run_id").to_pylist()) == {run_dir.name}
+
+
+@pytest.mark.parametrize(("sweep", "says"), [("nope", "no sweep 'nope'"), ("huge", "needs")])
+def test_cli_refusals_write_nothing(tmp_path, sweep, says):
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            installed_script("rooflab"),
+            "measure",
+            "gemm",
+            "--config",
+            str(_config_file(tmp_path)),
+            "--sweep",
+            sweep,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists() or not any(out.rglob("*"))
+
+
+def test_killed_measurement_leaves_no_parquet(tmp_path):
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [
+            installed_script("rooflab"),
+            "measure",
+            "gemm",
+            "--config",
+            str(_config_file(tmp_path, min_time_s=5.0)),
+            "--sweep",
+            "tiny",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    line = ""
+    while "[gemm tiny]" not in line and time.monotonic() < deadline:
+        line = process.stderr.readline()  # progress lines appear once measuring is under way
+    assert process.poll() is None, "the measurement ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert list(out.rglob("*.parquet")) == []
