@@ -1,6 +1,6 @@
 """rooflab's CPU ceilings against a compiled C reference measured in the same run.
 
-    python benchmarks/cpu_ceilings_vs_c.py [--rounds 2] [--window-s 0.02]
+    python benchmarks/cpu_ceilings_vs_c.py [--rounds 2] [--window-s 0.05]
 
 Runs rooflab's own ceiling pipeline (triad sweep + FMA chains, as `rooflab measure ceilings` does)
 and the C program in benchmarks/c_reference/stream_fma.c (gcc -O3 -march=native -fopenmp) on the
@@ -13,7 +13,6 @@ FMA >= 95 % (fp64, fp32), triad >= 90 % at L1, L2, L3 and DRAM. Exit status 1 if
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from rooflab.backends.cpu import CpuBackend
-from rooflab.experiments.ceilings import CeilingSettings, run_ceilings
+from rooflab.experiments.ceilings import CeilingSettings, run_ceilings, units_for_window
 
 SOURCE = Path(__file__).resolve().parent / "c_reference" / "stream_fma.c"
 TARGETS = {"L1": 0.90, "L2": 0.90, "L3": 0.90, "DRAM": 0.90, "fp64_fma": 0.95, "fp32_fma": 0.95}
@@ -59,9 +58,7 @@ def reference_triad(binary, threads, working_set, reps, windows) -> float:
 
 def reference_fma(binary, threads, dtype, window_s, windows) -> float:
     command = f"fma{dtype[2:]}"
-    iters = 1 << 16
-    seconds, _, _ = run_reference(binary, threads, command, iters)
-    iters = math.ceil(iters * window_s / seconds)
+    iters = units_for_window(lambda n: run_reference(binary, threads, command, n)[0], window_s)
     rates = []
     for _ in range(windows):
         seconds, _, flops = run_reference(binary, threads, command, iters)
@@ -90,7 +87,7 @@ def one_round(backend, binary, settings) -> tuple[dict, dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--window-s", type=float, default=0.02)
+    parser.add_argument("--window-s", type=float, default=CeilingSettings.window_s)
     args = parser.parse_args()
     backend = CpuBackend()
     settings = CeilingSettings(kernels=("triad",), blas_dtypes=(), window_s=args.window_s)

@@ -101,6 +101,10 @@ class Backend(ABC):
     @abstractmethod
     def fma_workload(self, dtype: str, threads: int) -> Workload: ...
 
+    def library_threads(self) -> int | None:
+        """Threads of the GEMM library (BLAS) where it has a pool; None where it has none."""
+        return None
+
     def default_threads(self) -> int:
         """Threads a ceiling kernel uses by default (all usable cores on a CPU)."""
         return 1

@@ -167,5 +167,9 @@ class CpuBackend(Backend):
             unit="FLOP",
         )
 
+    def library_threads(self) -> int | None:
+        blas = conditions.blas_info().get("blas_libraries") or [{}]
+        return blas[0].get("num_threads")
+
     def default_threads(self) -> int:
         return min(self.identity["usable_cpus"], numba.config.NUMBA_NUM_THREADS)

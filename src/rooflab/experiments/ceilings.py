@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from rooflab.backends.base import Backend, Workload
@@ -31,7 +32,7 @@ class CeilingSettings:
     points_per_octave: int = 4
     kernels: tuple[str, ...] = ("read", "copy", "triad")
     threads: int | None = None  # None: all usable cores
-    window_s: float = 0.02
+    window_s: float = 0.05
     windows: int = 5
     fma_dtypes: tuple[str, ...] = ("fp64", "fp32")
     blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
@@ -44,7 +45,7 @@ class CeilingSettings:
 QUICK = CeilingSettings(
     points_per_octave=2,
     kernels=("triad",),
-    window_s=0.01,
+    window_s=0.02,
     windows=3,
     blas_n=1024,
     blas_timing=TimingSettings(warmup_s=0.1, min_time_s=0.3, min_samples=5),
@@ -95,6 +96,16 @@ def plateaus(cache_bytes_by_level: dict[str, int], high: int) -> dict[str, tuple
     return windows
 
 
+def units_for_window(seconds_for: Callable[[int], float], window_s: float) -> int:
+    """Grow the work per call until one call lasts a whole window: then a fixed cost per call
+    (thread wake-up, Python) is a small part of it, whatever the machine's overheads are."""
+    units, seconds = 1, seconds_for(1)
+    while seconds < window_s:
+        units *= 8 if seconds < window_s / 8 else 2
+        seconds = seconds_for(units)
+    return units
+
+
 def time_workload(
     backend: Backend, workload: Workload, window_s: float, windows: int
 ) -> tuple[float, int, float]:
@@ -104,12 +115,7 @@ def time_workload(
         return backend.time_call(lambda: workload.run(units))
 
     workload.run(1)  # warm-up: compilation, first touch, thread start-up
-    # Grow the work per call until one call lasts a whole window: then a fixed cost per call
-    # (thread wake-up, Python) is a small part of it, whatever the machine's overheads are.
-    units, seconds = 1, seconds_for(1)
-    while seconds < window_s:
-        units *= 8 if seconds < window_s / 8 else 2
-        seconds = seconds_for(units)
+    units = units_for_window(seconds_for, window_s)
     rates = [units * workload.amount_per_unit / seconds_for(units) for _ in range(windows)]
     median = statistics.median(rates)
     if len(rates) > 1:
@@ -274,7 +280,7 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
             f"{summary.n_samples} warm samples"
         ),
         "cache_state": "warm",
-        "threads": None,
+        "threads": backend.library_threads(),
         "n_points": 1,
     }
 
