@@ -155,7 +155,41 @@ TABLES: dict[str, pa.Schema] = {
             ("detail", _S),
         ]
     ),
+    # Derived (not measured): written by the roofline step, one row per GEMM point and memory
+    # level; run_id is the GEMM timing run the point belongs to. Recomputable at any time.
+    "roofline_points": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("cache_state", _S),
+            ("machine_id", _S),
+            ("ceilings_run_id", _S),
+            ("sweep", _S),
+            ("m", _I),
+            ("n", _I),
+            ("k", _I),
+            ("dtype", _S),
+            ("layout", _S),
+            ("level", _S),
+            ("q_source", _S),
+            ("bytes", _I),
+            ("flops", _I),
+            ("intensity", _F),
+            ("median_s", _F),
+            ("achieved_flops_per_s", _F),
+            ("compute_path", _S),
+            ("peak_flops_per_s", _F),
+            ("bandwidth_b_per_s", _F),
+            ("attainable_flops_per_s", _F),
+            ("bound_s", _F),
+            ("limiter", _S),
+            ("efficiency", _F),
+        ]
+    ),
 }
+
+# Tables a measuring job writes into its run folder; roofline_points is derived, written apart.
+MEASURED_TABLES = tuple(name for name in TABLES if name != "roofline_points")
 
 
 class RecordError(ValueError):
