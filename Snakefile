@@ -8,7 +8,15 @@ configfile: "config/config.yaml"
 validate_config(config, " + ".join(map(str, workflow.configfiles)) or "config")
 
 
+include: "rules/common.smk"
+include: "rules/ceilings.smk"
+include: "rules/gemm.smk"
+include: "rules/roofline.smk"
+include: "rules/store.smk"
+
+
 rule all:
     default_target: True
-    message:
-        "rooflab: config valid; no measuring rules exist yet (they arrive with the CPU engine and workflow issues)"
+    input:
+        "results/store/ingest.json",
+        "results/report/runs.txt",

@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 
 def installed_script(name: str) -> str:
@@ -14,3 +15,16 @@ def installed_script(name: str) -> str:
     if found is None:
         pytest.fail(f"{name} is not installed in this environment")
     return found
+
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_FILES = ("Snakefile", "rules", "workflow_scripts", "config", "profiles", "environment.yml")
+
+
+def copy_workflow(target: Path, config: dict | None = None) -> Path:
+    """The workflow's files in `target`, with `config` as config/config.yaml when given."""
+    for name in WORKFLOW_FILES:
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, target / name)
+    if config is not None:
+        (target / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    return target

@@ -1,4 +1,3 @@
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -7,7 +6,7 @@ import yaml
 
 from rooflab.config import ConfigError, load_config, validate_config
 from rooflab.devices import load_device_presets
-from tests.conftest import installed_script
+from tests.conftest import copy_workflow, installed_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,7 +15,7 @@ def test_default_config_is_valid_and_defaults_are_filled():
     config = load_config(REPO / "config" / "config.yaml")
     assert config["backend"] == "auto"
     assert config["timing"]["noisy_iqr_ratio"] == 0.1
-    assert config["sweeps"] == {} and config["stages"] == {}
+    assert {"weight_reuse", "tails"} <= set(config["sweeps"])
 
 
 def test_sweep_defaults_are_filled():
@@ -57,17 +56,6 @@ def test_device_presets_parse_with_units():
     assert all(p.source for p in presets.values())
 
 
-def _workflow_copy(tmp_path: Path) -> Path:
-    for name in ("Snakefile", "config", "rules", "workflow_scripts", "profiles"):
-        source = REPO / name
-        target = tmp_path / name
-        if source.is_dir():
-            shutil.copytree(source, target)
-        elif source.exists():
-            shutil.copy(source, target)
-    return tmp_path
-
-
 def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [installed_script("snakemake"), "-n", "--cores", "1", *args],
@@ -79,12 +67,12 @@ def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_snakemake_dry_run_validates_the_default_config(tmp_path):
-    result = _snakemake(_workflow_copy(tmp_path))
+    result = _snakemake(copy_workflow(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_snakemake_refuses_an_unknown_key_and_names_it(tmp_path):
-    workdir = _workflow_copy(tmp_path)
+    workdir = copy_workflow(tmp_path)
     config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
     config["sweeps"] = {
         "reuse": {"m": [1], "n": [8], "k": [8], "dtypes": ["fp32"], "cache_state": ["warm"]}
@@ -93,3 +81,11 @@ def test_snakemake_refuses_an_unknown_key_and_names_it(tmp_path):
     result = _snakemake(workdir)
     assert result.returncode != 0
     assert "unknown key 'cache_state' in sweeps.reuse" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "gpu.yaml"])
+def test_shipped_campaigns_are_valid(name):
+    config = load_config(REPO / "config" / name)
+    assert config["sweeps"]
+    for sweep in config["sweeps"].values():
+        assert sweep["cache_states"] == ["warm", "cold"]

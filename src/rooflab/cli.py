@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime as dt
+import decimal
 import json
 import math
 import sys
+import uuid
 from collections.abc import Sequence
 
 from rooflab import __version__
@@ -14,9 +17,10 @@ from rooflab.backends.base import BackendError
 from rooflab.config import ConfigError, load_config, load_scenario, validate_config
 from rooflab.devices import device_preset, path_for_dtype
 from rooflab.model import ELEMENT_BITS, ModelError, bound, gemm_ledger, stage_bounds
+from rooflab.store import DEFAULT_DB, DEFAULT_RESULTS, StoreError, ingest, query, rebuild
 from rooflab.units import UnitError, format_quantity, parse_byte_rate, parse_flop_rate
 
-INPUT_ERRORS = (UnitError, ModelError, ConfigError, BackendError)
+INPUT_ERRORS = (UnitError, ModelError, ConfigError, BackendError, StoreError)
 
 
 class UsageError(Exception):
@@ -322,6 +326,87 @@ def cmd_measure_gemm(args) -> None:
         )
 
 
+# -- rooflab store, query, runs -------------------------------------------------------------------
+
+
+def _plain(value):
+    """A value of any SQL result as JSON and CSV can write it."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _query_rows(db: str, sql: str) -> list[dict]:
+    table = query(db, sql)
+    return [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()]
+
+
+def _print_result(rows: list[dict], fmt: str) -> None:
+    if fmt == "table":
+        if not rows:
+            print("(no rows)", file=sys.stderr)
+            return
+        rows = [{k: "NULL" if v is None else v for k, v in row.items()} for row in rows]
+    print_rows(rows, fmt)
+
+
+def _report_line(report) -> str:
+    line = (
+        f"{report.db_path}: added {len(report.added_run_ids)} run(s), "
+        f"{len(report.present_run_ids)} already there; roofline_points: "
+        f"{report.roofline_rows_inserted} row(s) of {len(report.roofline_run_ids)} run(s) stored, "
+        f"{report.roofline_rows_removed} replaced"
+    )
+    if report.added_columns:
+        line += f"; new columns {', '.join(report.added_columns)}"
+    return line
+
+
+def cmd_store_ingest(args) -> None:
+    print(_report_line(ingest(args.db, args.results, lock_timeout_s=args.lock_timeout)))
+
+
+def cmd_store_rebuild(args) -> None:
+    report = rebuild(args.db, args.results, lock_timeout_s=args.lock_timeout)
+    print(f"rebuilt from {args.results}: " + _report_line(report))
+
+
+def cmd_query(args) -> None:
+    _print_result(_query_rows(args.db, args.sql), args.format)
+
+
+def cmd_runs(args) -> None:
+    rows = _query_rows(args.db, "SELECT * FROM run_summary ORDER BY started_at, run_id")
+    if args.format == "table":
+        for row in rows:
+            row["git_commit"] = (row["git_commit"] or "")[:10]  # enough to find it
+            row["started_at"] = (row["started_at"] or "")[:19]
+            del row["ended_at"]
+    _print_result(rows, args.format)
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"expects seconds >= 0, got {text!r}")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="rooflab", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rooflab {__version__}")
@@ -368,6 +453,34 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--format", choices=("table", "csv", "json"), default="table")
     ceilings.set_defaults(handler=cmd_measure_ceilings)
     gemm_measure.set_defaults(handler=cmd_measure_gemm)
+
+    db_help = f"the store (default {DEFAULT_DB})"
+    store = commands.add_parser("store", help="the DuckDB result store: ingest, rebuild")
+    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="WHAT")
+    ingest = store_commands.add_parser("ingest", help="add the runs the store lacks")
+    rebuild = store_commands.add_parser("rebuild", help="recreate the store from the Parquet files")
+    for command in (ingest, rebuild):
+        command.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+        command.add_argument(
+            "--results", default=str(DEFAULT_RESULTS), help="folder of the runs' Parquet files"
+        )
+        command.add_argument(
+            "--lock-timeout",
+            type=_non_negative_seconds,
+            default=10.0,
+            help="seconds to wait for another process that holds the store (default 10)",
+        )
+    ingest.set_defaults(handler=cmd_store_ingest)
+    rebuild.set_defaults(handler=cmd_store_rebuild)
+
+    query = commands.add_parser("query", help="run SQL on the store (read-only)")
+    query.add_argument("sql", help='e.g. "SELECT * FROM latest_ceilings"')
+    runs = commands.add_parser("runs", help="the runs in the store, oldest first")
+    for command in (query, runs):
+        command.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+        command.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.set_defaults(handler=cmd_query)
+    runs.set_defaults(handler=cmd_runs)
     return parser
 
 

@@ -67,31 +67,50 @@ def check_fits(backend: Backend, configs: list[GemmConfig]) -> None:
 
 
 def run_gemm_sweep(
-    backend: Backend, name: str, sweep: dict, timing: TimingSettings, run_id: str | None = None
+    backend: Backend,
+    name: str,
+    sweep: dict,
+    timing: TimingSettings | None,
+    *,
+    passed_config_ids: set[str] | None = None,
+    run_id: str | None = None,
 ) -> dict[str, list[dict]]:
-    """Measure one sweep; return the rows of each table it produces (nothing is written here)."""
+    """Check and time one sweep; return the rows of each table (nothing is written here).
+
+    - `timing` None: check correctness only (a run of kind "correctness");
+    - `passed_config_ids` given: the check was done by an earlier run; time only those;
+    - otherwise: check every configuration, then time those that passed (kind "gemm").
+    """
     configs = sweep_configs(name, sweep)
+    if passed_config_ids is not None:
+        configs = [c for c in configs if c.config_id in passed_config_ids]
     check_fits(backend, configs)  # refuse before measuring anything
     run_id = run_id or new_run_id()
     started = utc_now()
-    tables: dict[str, list[dict]] = {
-        "conditions": [],
-        "samples": [],
-        "gemm_points": [],
-        "correctness": [],
-    }
+    tables: dict[str, list[dict]] = {"conditions": [], "correctness": []}
+    if timing is not None:
+        tables.update(samples=[], gemm_points=[])
     progress = Progress(f"gemm {name}")
     tables["conditions"].append(conditions_row(backend, run_id, "before"))
     for index, config in enumerate(configs):
         progress.update(f"{index}/{len(configs)} {config.config_id}", index / len(configs))
-        _measure_config(backend, config, sweep, timing, run_id, tables, progress)
+        operands = backend.gemm_operands(
+            config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
+        )
+        if passed_config_ids is None and not _check_config(
+            backend, config, operands, run_id, sweep["seed"], tables
+        ):
+            continue  # a wrong result is recorded, never timed
+        if timing is not None:
+            _time_config(backend, config, operands, sweep, timing, run_id, tables, progress)
     tables["conditions"].append(conditions_row(backend, run_id, "after"))
-    settings = {"sweep": sweep, "timing": timing.__dict__}
+    settings = {"sweep": sweep, "timing": timing.__dict__ if timing else None}
+    kind = "correctness" if timing is None else "gemm"
     tables["runs"] = [
         run_row(
             backend,
             run_id=run_id,
-            kind="gemm",
+            kind=kind,
             sweep=name,
             started_at=started,
             ended_at=utc_now(),
@@ -101,12 +120,7 @@ def run_gemm_sweep(
     return tables
 
 
-def _measure_config(backend, config, sweep, timing, run_id, tables, progress) -> None:
-    ids = {"run_id": run_id, "config_id": config.config_id}
-    shape = {"m": config.m, "n": config.n, "k": config.k}
-    operands = backend.gemm_operands(
-        config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
-    )
+def _check_config(backend, config, operands, run_id, seed, tables) -> bool:
     backend.poison(operands.y)
     backend.matmul(operands)
     backend.synchronize()
@@ -116,14 +130,17 @@ def _measure_config(backend, config, sweep, timing, run_id, tables, progress) ->
         backend.to_host(operands.y),
         config.layout,
         config.dtype,
-        seed=sweep["seed"],
+        seed=seed,
     )
     for check in checks:
         tables["correctness"].append(
             {
-                **ids,
+                "run_id": run_id,
+                "config_id": config.config_id,
                 "sweep": config.sweep,
-                **shape,
+                "m": config.m,
+                "n": config.n,
+                "k": config.k,
                 "dtype": config.dtype,
                 "layout": config.layout,
                 "metric": check.metric,
@@ -135,9 +152,12 @@ def _measure_config(backend, config, sweep, timing, run_id, tables, progress) ->
                 "detail": check.detail,
             }
         )
-    if not all(check.passed for check in checks):
-        return  # a wrong result is recorded, never timed
+    return all(check.passed for check in checks)
 
+
+def _time_config(backend, config, operands, sweep, timing, run_id, tables, progress) -> None:
+    ids = {"run_id": run_id, "config_id": config.config_id}
+    shape = {"m": config.m, "n": config.n, "k": config.k}
     ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
     for cache_state in sweep["cache_states"]:
         tables["conditions"].append(conditions_row(backend, run_id, "before", config.config_id))

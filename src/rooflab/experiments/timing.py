@@ -109,6 +109,5 @@ def measure(
         seconds = backend.time_call(call)
         samples.append(Sample(seconds, backend.sample_clock_mhz()))
         if progress:
-            done = min(len(samples) / settings.min_samples, elapsed / settings.min_time_s)
-            progress.update(f"{cache_state}: {len(samples)} samples", fraction=done)
+            progress.update(f"{cache_state}: {len(samples)} samples")
     return samples

@@ -1,0 +1,44 @@
+"""How long a no-op `snakemake --cores all` takes after a finished campaign (target: under 3 s).
+
+    python benchmarks/noop_rerun.py
+
+Runs a tiny campaign in a temporary copy of the workflow once, then times the no-op rerun (median
+of 5) next to a reference measured in the same run: `snakemake --version`, the cost of starting
+Python and importing Snakemake, which no workflow can avoid.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.conftest import installed_script
+from tests.test_workflow import TINY, copy_workflow
+
+
+def seconds(command: list[str], cwd: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, cwd=cwd, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    snakemake = installed_script("snakemake")
+    with tempfile.TemporaryDirectory() as folder:
+        workdir = copy_workflow(Path(folder), TINY)
+        subprocess.run([snakemake, "--cores", "all"], cwd=workdir, check=True, capture_output=True)
+        noop = statistics.median(seconds([snakemake, "--cores", "all"], workdir) for _ in range(5))
+        startup = statistics.median(seconds([snakemake, "--version"], workdir) for _ in range(5))
+    print(f"no-op rerun        {noop:6.2f} s   (target < 3 s: {'ok' if noop < 3 else 'MISSED'})")
+    print(f"snakemake startup  {startup:6.2f} s   (reference, same run)")
+    print(f"ratio              {noop / startup:6.2f}")
+    return 0 if noop < 3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

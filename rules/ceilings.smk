@@ -1,0 +1,17 @@
+# Empirical ceilings of the machine. Measuring: takes every core (and the GPU) so that no other
+# measurement runs beside it.
+rule ceilings:
+    output:
+        receipt="results/ceilings/receipt.json",
+    log:
+        "logs/ceilings.log",
+    conda:
+        "../environment.yml"
+    threads: workflow.cores
+    resources:
+        gpu=1,
+    params:
+        settings=as_param(config["ceilings"]),
+        backend=config["backend"],
+    script:
+        "../workflow_scripts/ceilings.py"

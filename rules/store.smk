@@ -1,0 +1,35 @@
+# The only writer of the database. The database itself is not a declared output: Snakemake would
+# delete it before each ingest, and with it every earlier run.
+rule ingest:
+    input:
+        ceilings="results/ceilings/receipt.json",
+        correctness=correctness_receipts,
+        timings=timing_receipts,
+        roofline="results/roofline/roofline_points.parquet",
+    output:
+        receipt="results/store/ingest.json",
+    log:
+        "logs/ingest.log",
+    conda:
+        "../environment.yml"
+    params:
+        db="results/rooflab.duckdb",
+        results=lambda wildcards, input: results_folder(input.ceilings),
+    script:
+        "../workflow_scripts/ingest.py"
+
+
+# Placeholder until the report issue: the run summary as text.
+rule report:
+    input:
+        ingest="results/store/ingest.json",
+    output:
+        summary="results/report/runs.txt",
+    log:
+        "logs/report.log",
+    conda:
+        "../environment.yml"
+    params:
+        db="results/rooflab.duckdb",
+    script:
+        "../workflow_scripts/report.py"

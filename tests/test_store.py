@@ -1,0 +1,684 @@
+"""The DuckDB store: real Parquet runs written by records.write_run, real DuckDB files."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rooflab import store
+from rooflab.cli import main
+from rooflab.records import MEASURED_TABLES, SCHEMA_VERSION, TABLES, new_run_id, write_run
+from rooflab.store import (
+    QueryError,
+    StoreError,
+    StoreLocked,
+    connect_read_only,
+    ingest,
+    query,
+    rebuild,
+)
+from tests.conftest import installed_script
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+MACHINES = {
+    "m-alpha": ("alpha", "AMD EPYC 9654"),
+    "m-beta": ("beta", "Intel Xeon 8480+"),
+}
+SHAPES = [(1, 64, 64), (32, 64, 64), (128, 64, 64)]
+
+
+# -- realistic runs -----------------------------------------------------------------------------
+
+
+def _run_row(run_id, kind, sweep, started_at, machine_id, commit="abc123def4567890"):
+    host, cpu = MACHINES[machine_id]
+    return {
+        "run_id": run_id,
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "sweep": sweep,
+        "started_at": started_at,
+        "ended_at": started_at + timedelta(minutes=3),
+        "host": host,
+        "machine_id": machine_id,
+        "backend": "cpu",
+        "device_name": cpu,
+        "library_versions": json.dumps({"numpy": "2.1.0"}),
+        "git_commit": commit,
+        "git_dirty": False,
+        "config_hash": "0123456789abcdef",
+        "settings": "{}",
+    }
+
+
+def _conditions(run_id, started_at, ghz_values):
+    return [
+        {
+            "run_id": run_id,
+            "t": started_at + timedelta(seconds=i),
+            "phase": "before" if i % 2 == 0 else "after",
+            "cpu_ghz_measured": ghz,
+            "governor": "performance",
+            "load_avg_1m": 0.5,
+            "unavailable": "{}",
+        }
+        for i, ghz in enumerate(ghz_values)
+    ]
+
+
+def gemm_run(
+    out,
+    *,
+    machine_id="m-alpha",
+    started_at=T0,
+    sweep="decode",
+    median_scale=1.0,
+    n_samples=5,
+    failing_m=128,
+    noisy_m=32,
+):
+    """A CPU GEMM run: every table, two cache states, one configuration failing its check."""
+    run_id = new_run_id(started_at)
+    tables = {name: [] for name in ("conditions", "samples", "gemm_points", "correctness")}
+    tables["runs"] = [_run_row(run_id, "gemm", sweep, started_at, machine_id)]
+    tables["conditions"] = _conditions(run_id, started_at, [3.1, 3.0, 2.9, 3.05])
+    for m, n, k in SHAPES:
+        config_id = f"{sweep}/fp32/nn/m{m}_n{n}_k{k}"
+        shape = {"m": m, "n": n, "k": k}
+        passed = m != failing_m
+        tables["correctness"].append(
+            {
+                "run_id": run_id,
+                "config_id": config_id,
+                "sweep": sweep,
+                **shape,
+                "dtype": "fp32",
+                "layout": "nn",
+                "metric": "max_rel_error",
+                "error": 1e-7 if passed else 0.5,
+                "tolerance": 1e-5,
+                "passed": passed,
+                "rows_checked": m,
+                "cols_checked": n,
+            }
+        )
+        if not passed:
+            continue  # a wrong result is never timed
+        for cache_state in ("warm", "cold"):
+            median_s = median_scale * 1e-5 * m
+            tables["samples"].extend(
+                {
+                    "run_id": run_id,
+                    "config_id": config_id,
+                    "cache_state": cache_state,
+                    "sample_idx": i,
+                    "seconds": median_s * (1 + 0.01 * i),
+                    "clock_mhz": 2950.0 + i,
+                }
+                for i in range(n_samples)
+            )
+            flops = 2 * m * n * k
+            tables["gemm_points"].append(
+                {
+                    "run_id": run_id,
+                    "config_id": config_id,
+                    "sweep": sweep,
+                    **shape,
+                    "dtype": "fp32",
+                    "x_dtype": "fp32",
+                    "w_dtype": "fp32",
+                    "y_dtype": "fp32",
+                    "layout": "nn",
+                    "cache_state": cache_state,
+                    "n_samples": n_samples,
+                    "median_s": median_s,
+                    "p25_s": median_s * 0.99,
+                    "p75_s": median_s * 1.01,
+                    "min_s": median_s * 0.98,
+                    "flops": flops,
+                    "bytes_model": 4 * (m * k + k * n + m * n),
+                    "achieved_flops_per_s": flops / median_s,
+                    "noisy": m == noisy_m,
+                    "flush_method": "write 64 MiB buffer" if cache_state == "cold" else None,
+                    "flush_bytes": 64 << 20 if cache_state == "cold" else 0,
+                }
+            )
+    return write_run(Path(out) / "gemm" / sweep / "runs", run_id, tables)
+
+
+def ceilings_run(out, *, machine_id="m-alpha", started_at=T0, dram_b_per_s=50e9):
+    """A CPU ceilings run: bandwidth per level from a sweep, FMA and BLAS compute ceilings."""
+    run_id = new_run_id(started_at)
+    sweep_points = [("L1", 16 << 10, 400e9), ("L2", 512 << 10, 200e9), ("DRAM", 1 << 30, 0)]
+    tables = {
+        "runs": [_run_row(run_id, "ceilings", None, started_at, machine_id)],
+        "conditions": _conditions(run_id, started_at, [3.2, 3.1]),
+        "ceiling_sweep": [
+            {
+                "run_id": run_id,
+                "kernel": "triad",
+                "working_set_bytes": size,
+                "threads": 8,
+                "value": rate or dram_b_per_s,
+                "unit": "B/s",
+                "reps": 100,
+                "n_windows": 5,
+                "window_s": 0.05,
+                "iqr_ratio": 0.01,
+                "level": level,
+            }
+            for level, size, rate in sweep_points
+        ],
+        "ceilings": [
+            {
+                "run_id": run_id,
+                "kind": "bandwidth",
+                "name": level,
+                "kernel": "triad",
+                "dtype": "fp64",
+                "value": rate or dram_b_per_s,
+                "unit": "B/s",
+                "method": "best of 1 sweep point",
+                "cache_state": "warm",
+                "threads": 8,
+                "working_set_min_bytes": size,
+                "working_set_max_bytes": size,
+                "n_points": 1,
+            }
+            for level, size, rate in sweep_points
+        ]
+        + [
+            {
+                "run_id": run_id,
+                "kind": "compute",
+                "name": "fp64_fma",
+                "kernel": "fma_chains",
+                "dtype": "fp64",
+                "value": 1e12,
+                "unit": "FLOP/s",
+                "method": "independent SIMD FMA chains",
+                "cache_state": "warm",
+                "threads": 8,
+                "n_points": 1,
+            }
+        ],
+        "samples": [
+            {
+                "run_id": run_id,
+                "config_id": "blas/fp64/n1024",
+                "cache_state": "warm",
+                "sample_idx": i,
+                "seconds": 2e-3,
+                "clock_mhz": 3100.0,
+            }
+            for i in range(3)
+        ],
+    }
+    return write_run(Path(out) / "ceilings" / "runs", run_id, tables)
+
+
+def big_gemm_run(out, started_at, n_samples_rows):
+    """A GEMM run whose samples table is large (written with pyarrow: faster than row dicts)."""
+    run_dir = gemm_run(out, started_at=started_at, n_samples=1)
+    run_id = run_dir.name
+    samples = pa.table(
+        {
+            "run_id": pa.repeat(run_id, n_samples_rows),
+            "config_id": pa.repeat("decode/fp32/nn/m1_n64_k64", n_samples_rows),
+            "cache_state": pa.repeat("warm", n_samples_rows),
+            "sample_idx": np.arange(n_samples_rows, dtype=np.int64),
+            "seconds": np.full(n_samples_rows, 1e-5),
+            "clock_mhz": np.full(n_samples_rows, 3000.0),
+        },
+        schema=TABLES["samples"],
+    )
+    pq.write_table(samples, run_dir / "samples.parquet")
+    return run_dir
+
+
+def two_machines(results):
+    """Ceilings and a GEMM sweep on each of two machines."""
+    return [
+        ceilings_run(results, machine_id="m-alpha"),
+        gemm_run(results, machine_id="m-alpha", started_at=T0 + timedelta(hours=1)),
+        ceilings_run(results, machine_id="m-beta", dram_b_per_s=80e9),
+        gemm_run(results, machine_id="m-beta", started_at=T0 + timedelta(hours=2)),
+    ]
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def file_row_counts(run_dirs) -> dict[str, int]:
+    counts = dict.fromkeys(MEASURED_TABLES, 0)
+    for run_dir in run_dirs:
+        for path in Path(run_dir).glob("*.parquet"):
+            counts[path.stem] += pq.read_metadata(path).num_rows
+    return counts
+
+
+def store_row_counts(db, run_id=None) -> dict[str, int]:
+    where = "" if run_id is None else f" WHERE run_id = '{run_id}'"
+    with duckdb.connect(str(db), read_only=True) as connection:
+        return {
+            name: connection.execute(f"SELECT count(*) FROM {name}{where}").fetchone()[0]
+            for name in MEASURED_TABLES
+        }
+
+
+def rows(db, sql) -> list[dict]:
+    return query(db, sql).to_pylist()
+
+
+@pytest.fixture
+def results(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def db(results):
+    return results / "rooflab.duckdb"
+
+
+def hold_store(db, *, read_only, seconds=30.0) -> subprocess.Popen:
+    """Another process with the store open, as a user's duckdb shell would have it."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; "
+            f"c = duckdb.connect(sys.argv[1], read_only={read_only}); c.execute('SELECT 1'); "
+            f"print('locked', flush=True); time.sleep({seconds})",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+# -- ingest ---------------------------------------------------------------------------------------
+
+
+def test_empty_store_has_every_table_and_view(results, db):
+    report = ingest(db, results)
+    assert report.added_run_ids == [] and report.present_run_ids == []
+    for name in [*TABLES, *store.VIEWS_SQL]:
+        assert query(db, f"SELECT * FROM {name}").num_rows == 0
+    columns = query(db, "SELECT * FROM gemm_points").column_names
+    assert columns == TABLES["gemm_points"].names
+
+
+def test_ingest_twice_adds_nothing(results, db):
+    run_dirs = two_machines(results)
+    first = ingest(db, results)
+    assert sorted(first.added_run_ids) == sorted(d.name for d in run_dirs)
+    expected = file_row_counts(run_dirs)
+    assert store_row_counts(db) == expected
+    assert first.rows_added == {k: v for k, v in expected.items() if k in first.rows_added}
+    second = ingest(db, results)
+    assert second.added_run_ids == []
+    assert sorted(second.present_run_ids) == sorted(first.added_run_ids)
+    assert store_row_counts(db) == expected
+    # types come through: timestamps with time zone, booleans
+    (run,) = rows(db, f"SELECT * FROM runs WHERE run_id = '{run_dirs[0].name}'")
+    assert run["started_at"] == T0 and run["git_dirty"] is False
+
+
+def test_rerun_of_a_sweep_is_kept_and_latest_gemm_points_picks_it(results, db):
+    older = gemm_run(results, started_at=T0, median_scale=2.0)
+    other_machine = gemm_run(results, machine_id="m-beta", started_at=T0, median_scale=5.0)
+    ingest(db, results)
+    newer = gemm_run(results, started_at=T0 + timedelta(days=1), median_scale=1.0)
+    assert ingest(db, results).added_run_ids == [newer.name]
+    runs = rows(db, "SELECT run_id FROM runs WHERE sweep = 'decode' ORDER BY started_at")
+    assert {r["run_id"] for r in runs} == {older.name, newer.name, other_machine.name}
+    latest = rows(
+        db,
+        "SELECT machine_id, run_id, config_id, cache_state, median_s, host, device_name, "
+        "started_at FROM latest_gemm_points ORDER BY machine_id, config_id, cache_state",
+    )
+    alpha = [r for r in latest if r["machine_id"] == "m-alpha"]
+    beta = [r for r in latest if r["machine_id"] == "m-beta"]
+    assert len(alpha) == len(beta) == 4  # 2 timed configurations × 2 cache states
+    assert {r["run_id"] for r in alpha} == {newer.name}
+    assert {r["run_id"] for r in beta} == {other_machine.name}
+    point = next(r for r in alpha if r["config_id"].endswith("m32_n64_k64"))
+    assert point["median_s"] == pytest.approx(32e-5)
+    assert point["host"] == "alpha" and point["started_at"] == T0 + timedelta(days=1)
+
+
+def test_latest_ceilings_keeps_machines_apart(results, db):
+    ceilings_run(results, machine_id="m-alpha", started_at=T0, dram_b_per_s=40e9)
+    newest_alpha = ceilings_run(results, machine_id="m-alpha", started_at=T0 + timedelta(hours=1))
+    beta = ceilings_run(results, machine_id="m-beta", dram_b_per_s=80e9)
+    gemm_run(results, machine_id="m-alpha", started_at=T0 + timedelta(hours=2))  # not ceilings
+    ingest(db, results)
+    latest = rows(
+        db,
+        "SELECT machine_id, run_id, host, device_name, value FROM latest_ceilings "
+        "WHERE name = 'DRAM' ORDER BY machine_id",
+    )
+    assert [(r["machine_id"], r["run_id"], r["value"]) for r in latest] == [
+        ("m-alpha", newest_alpha.name, 50e9),
+        ("m-beta", beta.name, 80e9),
+    ]
+    assert latest[1]["device_name"] == "Intel Xeon 8480+"
+    per_machine = rows(db, "SELECT machine_id, count(*) AS n FROM latest_ceilings GROUP BY 1")
+    assert sorted((r["machine_id"], r["n"]) for r in per_machine) == [("m-alpha", 4), ("m-beta", 4)]
+
+
+def test_run_summary_has_one_row_per_run(results, db):
+    gemm = gemm_run(results, n_samples=5)
+    ceilings = ceilings_run(results, started_at=T0 + timedelta(hours=1))
+    ingest(db, results)
+    summary = {r["run_id"]: r for r in rows(db, "SELECT * FROM run_summary")}
+    assert set(summary) == {gemm.name, ceilings.name}
+    g = summary[gemm.name]
+    assert g["kind"] == "gemm" and g["sweep"] == "decode" and g["backend"] == "cpu"
+    assert g["cache_states"] == "cold,warm"
+    # conditions in GHz (2.9 .. 3.1) and per-sample clocks in MHz (2950 .. 2954), all in MHz
+    assert g["clock_min_mhz"] == pytest.approx(2900.0)
+    assert g["clock_max_mhz"] == pytest.approx(3100.0)
+    assert (g["n_gemm_points"], g["n_noisy"], g["n_failed_correctness"]) == (4, 2, 1)
+    assert g["git_commit"] == "abc123def4567890" and g["git_dirty"] is False
+    c = summary[ceilings.name]
+    assert (c["kind"], c["cache_states"], c["n_gemm_points"]) == ("ceilings", "warm", 0)
+    assert c["clock_min_mhz"] == pytest.approx(3100.0)
+    assert c["clock_max_mhz"] == pytest.approx(3200.0)
+
+
+def test_hidden_partial_folders_are_ignored(results, db):
+    good = gemm_run(results)
+    partial = gemm_run(results, started_at=T0 + timedelta(hours=1))
+    partial.rename(partial.with_name(f".{partial.name}.partial"))  # as a killed job leaves it
+    gemm_run(results / ".snakemake", started_at=T0 + timedelta(hours=2))  # hidden ancestor
+    report = ingest(db, results)
+    assert report.added_run_ids == [good.name]
+    assert store_row_counts(db) == file_row_counts([good])
+
+
+def test_corrupt_parquet_is_named_and_nothing_of_its_run_is_stored(results, db):
+    first = gemm_run(results, started_at=T0)
+    broken = gemm_run(results, started_at=T0 + timedelta(hours=1))
+    after = gemm_run(results, started_at=T0 + timedelta(hours=2))
+    samples = broken / "samples.parquet"
+    samples.write_bytes(samples.read_bytes()[: samples.stat().st_size // 2])  # truncated copy
+    with pytest.raises(StoreError, match="ingest stopped") as caught:
+        ingest(db, results)
+    message = str(caught.value)
+    assert str(samples) in message and broken.name in message and "\n" not in message
+    assert store_row_counts(db, broken.name) == dict.fromkeys(MEASURED_TABLES, 0)
+    assert store_row_counts(db, after.name) == dict.fromkeys(MEASURED_TABLES, 0)  # it stopped
+    assert store_row_counts(db, first.name) == file_row_counts([first])  # whole, kept
+
+
+def test_a_failure_while_storing_a_run_rolls_all_of_it_back(results, db, monkeypatch):
+    run_dir = gemm_run(results)
+    real_insert = store._Writer._insert
+
+    def insert_then_fail_at_samples(self, name, table):
+        real_insert(self, name, table)
+        if name == "samples":  # runs, conditions and samples are in by now
+            raise duckdb.IOException("disk full")
+
+    monkeypatch.setattr(store._Writer, "_insert", insert_then_fail_at_samples)
+    with pytest.raises(StoreError, match=r"samples\.parquet: cannot store it in table samples"):
+        ingest(db, results)
+    monkeypatch.undo()
+    assert store_row_counts(db) == dict.fromkeys(MEASURED_TABLES, 0)
+    assert ingest(db, results).added_run_ids == [run_dir.name]
+
+
+def test_a_column_of_the_wrong_type_is_named(results, db):
+    run_dir = gemm_run(results)
+    points = pq.read_table(run_dir / "gemm_points.parquet")
+    index = points.column_names.index("median_s")
+    wrong = pa.array(["fast"] * points.num_rows)
+    pq.write_table(points.set_column(index, "median_s", wrong), run_dir / "gemm_points.parquet")
+    with pytest.raises(StoreError, match=r"gemm_points\.parquet: column median_s does not fit"):
+        ingest(db, results)
+    assert store_row_counts(db) == dict.fromkeys(MEASURED_TABLES, 0)
+
+
+def test_columns_of_a_newer_schema_are_added(results, db):
+    old = gemm_run(results)
+    ingest(db, results)
+    newer = gemm_run(results, started_at=T0 + timedelta(hours=1))
+    points = pq.read_table(newer / "gemm_points.parquet")
+    with_energy = points.append_column("energy_j", pa.array([0.5] * points.num_rows))
+    pq.write_table(with_energy, newer / "gemm_points.parquet")
+    report = ingest(db, results)
+    assert report.added_columns == ["gemm_points.energy_j"]
+    energy = rows(db, "SELECT run_id, count(energy_j) AS n FROM gemm_points GROUP BY 1")
+    assert {r["run_id"]: r["n"] for r in energy} == {old.name: 0, newer.name: 4}
+
+
+# -- roofline points ------------------------------------------------------------------------------
+
+
+def write_roofline_points(results, points: dict[str, int]) -> None:
+    """roofline/roofline_points.parquet with `points[run_id]` rows for each run."""
+    folder = results / "roofline"
+    folder.mkdir(exist_ok=True)
+    rows_ = [
+        {
+            "run_id": run_id,
+            "config_id": f"decode/fp32/nn/m{i + 1}_n64_k64",
+            "cache_state": "warm",
+            "machine_id": "m-alpha",
+            "level": "DRAM",
+            "q_source": "model",
+            "intensity": float(i + 1),
+            "limiter": "memory",
+        }
+        for run_id, count in points.items()
+        for i in range(count)
+    ]
+    columns = {f.name: [r.get(f.name) for r in rows_] for f in TABLES["roofline_points"]}
+    pq.write_table(pa.table(columns, schema=TABLES["roofline_points"]), folder / "tmp.parquet")
+    os.replace(folder / "tmp.parquet", folder / "roofline_points.parquet")
+
+
+def test_roofline_points_replace_the_points_of_the_runs_they_name(results, db):
+    def counts():
+        found = rows(db, "SELECT run_id, count(*) AS n FROM roofline_points GROUP BY 1")
+        return {r["run_id"]: r["n"] for r in found}
+
+    write_roofline_points(results, {"run-a": 2})
+    report = ingest(db, results)
+    assert (report.roofline_rows_removed, report.roofline_rows_inserted) == (0, 2)
+    write_roofline_points(results, {"run-b": 3})
+    ingest(db, results)
+    assert counts() == {"run-a": 2, "run-b": 3}  # older points stay
+    write_roofline_points(results, {"run-a": 1})
+    report = ingest(db, results)
+    assert report.roofline_run_ids == ["run-a"]
+    assert (report.roofline_rows_removed, report.roofline_rows_inserted) == (2, 1)
+    assert counts() == {"run-a": 1, "run-b": 3}  # recomputed points replace
+    ingest(db, results)
+    assert counts() == {"run-a": 1, "run-b": 3}  # idempotent
+
+
+# -- locks, kills, rebuild ------------------------------------------------------------------------
+
+
+def test_a_locked_store_waits_then_says_what_to_do(results, db):
+    ingest(db, results)
+    holder = hold_store(db, read_only=False)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreLocked) as caught:
+            ingest(db, results, lock_timeout_s=1.0)
+        assert time.monotonic() - started >= 1.0
+        with pytest.raises(StoreLocked, match="open for writing in another process"):
+            connect_read_only(db, lock_timeout_s=0.0)
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(caught.value)
+    assert f"{db} is locked by another process (PID {holder.pid}" in message
+    assert "ingest waited 1 s" in message and "Close that session" in message
+    assert f"duckdb -readonly {db}" in message and "rooflab query" in message
+    assert "\n" not in message
+
+
+def test_a_read_only_session_blocks_ingest_but_not_readers(results, db):
+    ingest(db, results)
+    holder = hold_store(db, read_only=True)
+    try:
+        assert query(db, "SELECT count(*) AS n FROM runs").to_pylist() == [{"n": 0}]
+        with pytest.raises(StoreLocked) as caught:
+            ingest(db, results, lock_timeout_s=0.3)
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(caught.value)
+    assert f"{db} is open read-only in another process (PID {holder.pid}" in message
+    assert "still blocks ingest while it stays open" in message and "rooflab query" in message
+
+
+def test_ingest_goes_ahead_when_the_lock_is_released_in_time(results, db):
+    run_dir = gemm_run(results)
+    ingest(db, results)
+    holder = hold_store(db, read_only=False, seconds=0.5)
+    try:
+        assert ingest(db, results, lock_timeout_s=15.0).present_run_ids == [run_dir.name]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_ingest_leaves_no_partial_run(results, db):
+    run_dirs = [big_gemm_run(results, T0 + timedelta(minutes=i), 150_000) for i in range(8)]
+    # The worker says when it starts inserting a run's samples: by then the run's `runs` and
+    # `conditions` rows are in its open transaction.
+    script = textwrap.dedent(
+        """
+        import sys
+        from rooflab import store
+        real_insert = store._Writer._insert
+        def announced_insert(self, name, table):
+            if name == "samples":
+                print("inserting samples", flush=True)
+            real_insert(self, name, table)
+        store._Writer._insert = announced_insert
+        store.ingest(sys.argv[1], sys.argv[2], on_run_added=lambda r: print(r, flush=True))
+        """
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script, str(db), str(results)], stdout=subprocess.PIPE, text=True
+    )
+    lines = []
+    while lines.count("inserting samples") < 3:  # inside the third run's transaction
+        line = worker.stdout.readline()
+        assert line, "the ingest ended before it could be killed"
+        lines.append(line.strip())
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    committed = {line for line in lines if line != "inserting samples"}
+    stored = {r["run_id"] for r in rows(db, "SELECT run_id FROM runs")}
+    assert len(committed) == 2 and committed <= stored and len(stored) < len(run_dirs)
+    for run_dir in run_dirs:
+        expected = file_row_counts([run_dir])
+        if run_dir.name not in stored:
+            expected = dict.fromkeys(MEASURED_TABLES, 0)
+        assert store_row_counts(db, run_dir.name) == expected, run_dir.name
+    ingest(db, results)  # the next ingest completes the rest
+    assert store_row_counts(db) == file_row_counts(run_dirs)
+
+
+def test_rebuild_gives_the_same_rows_and_a_failed_rebuild_keeps_the_old_store(results, db):
+    run_dirs = two_machines(results)
+    write_roofline_points(results, {run_dirs[1].name: 3})
+    ingest(db, results)
+    summary_sql = "SELECT * FROM run_summary ORDER BY run_id"
+    before = (store_row_counts(db), rows(db, summary_sql), rows(db, "FROM roofline_points"))
+    report = rebuild(db, results)
+    assert sorted(report.added_run_ids) == sorted(d.name for d in run_dirs)
+    assert (store_row_counts(db), rows(db, summary_sql), rows(db, "FROM roofline_points")) == before
+    samples = run_dirs[0] / "samples.parquet"
+    samples.write_bytes(samples.read_bytes()[:100])
+    with pytest.raises(StoreError, match=r"samples\.parquet"):
+        rebuild(db, results)
+    assert store_row_counts(db) == before[0]
+    assert sorted(p.name for p in results.glob("*rooflab.duckdb*")) == ["rooflab.duckdb"]
+
+
+# -- queries and the CLI --------------------------------------------------------------------------
+
+
+def test_query_is_read_only_and_a_missing_store_is_explained(results, db):
+    with pytest.raises(StoreError, match=r"no store at .*rooflab store rebuild"):
+        query(db, "SELECT 1")
+    ingest(db, results)
+    with pytest.raises(QueryError, match="read-only"):
+        query(db, "DELETE FROM runs")
+    assert list(query(db, "SELECT 42 AS answer", as_pandas=True)["answer"]) == [42]
+
+
+def test_cli_query_json_and_csv(results, db, capsys):
+    run_dir = gemm_run(results)
+    assert main(["store", "ingest", "--db", str(db), "--results", str(results)]) == 0
+    assert "added 1 run(s), 0 already there" in capsys.readouterr().out
+    sql = "SELECT run_id, started_at, git_dirty FROM runs"
+    assert main(["query", sql, "--db", str(db), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"run_id": run_dir.name, "started_at": "2025-03-01T09:00:00+00:00", "git_dirty": False}
+    ]
+    sql = "SELECT config_id, median_s FROM gemm_points WHERE cache_state = 'warm' ORDER BY m"
+    assert main(["query", sql, "--db", str(db), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "config_id,median_s",
+        "decode/fp32/nn/m1_n64_k64,1e-05",
+        "decode/fp32/nn/m32_n64_k64,0.00032",
+    ]
+
+
+def test_cli_sql_error_is_one_line_with_status_2(results, db, capsys):
+    ingest(db, results)
+    assert main(["query", "SELECT * FROM no_such_table", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rooflab: error: query failed: Catalog Error") and err.count("\n") == 1
+    assert main(["runs", "--db", str(results / "missing.duckdb")]) == 2
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_cli_runs_lists_the_summary_oldest_first(results, db, capsys):
+    run_dirs = two_machines(results)
+    assert main(["store", "rebuild", "--db", str(db), "--results", str(results)]) == 0
+    assert "rebuilt from" in capsys.readouterr().out
+    assert main(["runs", "--db", str(db), "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in listed] == sorted(d.name for d in run_dirs)  # ids start with time
+    assert main(["runs", "--db", str(db)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["run_id", "kind", "sweep"] and len(table) == 5
+
+
+def test_installed_console_script_runs_a_query(results, db):
+    ingest(db, results)
+    result = subprocess.run(
+        [installed_script("rooflab"), "query", "SELECT 1 AS one", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["one", "1"]

@@ -1,0 +1,145 @@
+"""The Snakemake workflow, run for real on a tiny campaign in a temporary copy of the repository."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from tests.conftest import copy_workflow, installed_script
+
+TINY = {
+    "backend": "cpu",
+    "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
+    "ceilings": {
+        "points_per_octave": 2,
+        "kernels": ["triad"],
+        "window_s": 0.005,
+        "windows": 1,
+        "blas_n": 128,
+    },
+    "sweeps": {
+        "a": {"m": [1, 2], "n": [16], "k": [16], "dtypes": ["fp64"]},
+        "b": {"m": [3], "n": [8], "k": [8], "dtypes": ["fp32"], "cache_states": ["warm"]},
+    },
+}
+
+
+def snakemake(workdir: Path, *args: str, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [installed_script("snakemake"), "--cores", "2", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+        **popen,
+    )
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    table = dry_run_output.split("Job stats:")[1].split("total")[0]
+    return {name: int(count) for name, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def sql(workdir: Path, text: str) -> list[tuple]:
+    with duckdb.connect(str(workdir / "results" / "rooflab.duckdb"), read_only=True) as con:
+        return con.execute(text).fetchall()
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("campaign"), TINY)
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return workdir
+
+
+def test_campaign_fills_the_store(campaign):
+    kinds = dict(sql(campaign, "SELECT kind, count(*) FROM runs GROUP BY kind"))
+    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2}
+    assert sql(campaign, "SELECT count(*) FROM gemm_points")[0][0] == 2 * 2 + 1
+    assert sql(campaign, "SELECT count(*) FROM samples")[0][0] >= 5 * 3
+    levels = {row[0] for row in sql(campaign, "SELECT DISTINCT level FROM roofline_points")}
+    assert "DRAM" in levels  # cold points pair with the DRAM ceiling
+    assert (campaign / "results" / "report" / "runs.txt").read_text().count("\n") == 1 + 5
+    for log in ("ceilings", "correctness/a", "time_gemm/b", "roofline", "ingest"):
+        assert (campaign / "logs" / f"{log}.log").stat().st_size > 0
+
+
+def test_second_run_does_nothing(campaign):
+    result = snakemake(campaign, "-n")
+    assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_editing_one_sweep_reruns_only_that_sweep(campaign):
+    config = yaml.safe_load((campaign / "config" / "config.yaml").read_text())
+    config["sweeps"]["a"]["m"] = [1, 2, 4]
+    (campaign / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    dry = snakemake(campaign, "-n")
+    assert dry.returncode == 0, dry.stderr
+    assert job_counts(dry.stdout) == {
+        "correctness": 1,
+        "time_gemm": 1,
+        "roofline": 1,
+        "ingest": 1,
+        "report": 1,
+        "all": 1,
+    }
+    assert "sweep=a" in dry.stdout and "sweep=b" not in dry.stdout
+    result = snakemake(campaign)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The earlier run of sweep a is kept; the latest view shows the new M list.
+    assert sql(campaign, "SELECT count(*) FROM runs WHERE kind = 'gemm' AND sweep = 'a'")[0][0] == 2
+    latest = sql(
+        campaign,
+        "SELECT DISTINCT m FROM latest_gemm_points WHERE sweep = 'a' "
+        "AND run_id = (SELECT max(run_id) FROM runs WHERE sweep = 'a')",
+    )
+    assert sorted(m for (m,) in latest) == [1, 2, 4]
+
+
+def test_killed_measuring_job_leaves_no_rows(tmp_path):
+    slow = {
+        **TINY,
+        "timing": {**TINY["timing"], "min_time_s": 30.0},
+        "sweeps": {"a": TINY["sweeps"]["a"]},
+    }
+    workdir = copy_workflow(tmp_path, slow)
+    process = subprocess.Popen(
+        [installed_script("snakemake"), "--cores", "2", "results/sweeps/a/timing.json"],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log = workdir / "logs" / "time_gemm" / "a.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "[gemm a]" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert process.poll() is None, "the workflow ended before the measurement could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    kept = [d for d in (workdir / "results" / "sweeps" / "a" / "runs").iterdir()]
+    assert [d for d in kept if (d / "gemm_points.parquet").exists()] == []  # timing wrote nothing
+    result = subprocess.run(
+        [
+            installed_script("rooflab"),
+            "store",
+            "ingest",
+            "--db",
+            str(workdir / "results" / "rooflab.duckdb"),
+            "--results",
+            str(workdir / "results"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sql(workdir, "SELECT kind FROM runs") == [("correctness",)]
+    assert sql(workdir, "SELECT count(*) FROM samples")[0][0] == 0

@@ -1,0 +1,16 @@
+"""Rule ceilings: measure this machine's bandwidth and compute ceilings; keep the run."""
+
+import json
+
+from rooflab.backends.base import select_backend
+from rooflab.experiments.ceilings import run_ceilings, settings_from_config
+from rooflab.workflow import keep_run, log_to
+
+log = log_to(snakemake.log[0])
+settings = settings_from_config(json.loads(snakemake.params.settings))
+backend = select_backend(snakemake.params.backend)
+log.info(
+    "ceilings on %s (%s) with %s", backend.name, backend.run_metadata()["device_name"], settings
+)
+receipt = keep_run(run_ceilings(backend, settings), snakemake.output.receipt)
+log.info("kept run %s in %s", receipt["run_id"], receipt["run_dir"])

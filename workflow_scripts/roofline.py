@@ -1,0 +1,21 @@
+"""Rule roofline: points of every timed sweep against the latest ceilings of its own machine."""
+
+from pathlib import Path
+
+from rooflab.roofline import latest_ceilings_by_machine, roofline_points, write_points
+from rooflab.workflow import log_to, read_receipt
+
+log = log_to(snakemake.log[0])
+ceilings_runs = Path(snakemake.input.ceilings).parent / "runs"
+ceilings = latest_ceilings_by_machine(
+    d for d in sorted(ceilings_runs.iterdir()) if not d.name.startswith(".")
+)
+gemm_runs = [Path(read_receipt(path)["run_dir"]) for path in snakemake.input.timings]
+points = roofline_points(gemm_runs, ceilings)
+write_points(points, Path(snakemake.output.points))
+log.info(
+    "%d points from %d timing runs; ceilings of %d machine(s)",
+    len(points),
+    len(gemm_runs),
+    len(ceilings),
+)

@@ -1,0 +1,24 @@
+"""Rule time_gemm: time the configurations of one sweep that passed their correctness check."""
+
+import json
+
+from rooflab.backends.base import select_backend
+from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.timing import TimingSettings
+from rooflab.workflow import keep_run, log_to, read_receipt
+
+log = log_to(snakemake.log[0])
+sweep_name, sweep = snakemake.wildcards.sweep, json.loads(snakemake.params.sweep)
+checked = read_receipt(snakemake.input.correctness)
+timing = TimingSettings.from_config(json.loads(snakemake.params.timing))
+backend = select_backend(snakemake.params.backend)
+tables = run_gemm_sweep(
+    backend, sweep_name, sweep, timing, passed_config_ids=set(checked["passed"])
+)
+receipt = keep_run(
+    tables,
+    snakemake.output.receipt,
+    correctness_run_id=checked["run_id"],
+    skipped_failed=checked["failed"],
+)
+log.info("kept run %s: %d points", receipt["run_id"], len(tables["gemm_points"]))
