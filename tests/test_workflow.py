@@ -11,7 +11,7 @@ import duckdb
 import pytest
 import yaml
 
-from tests.conftest import copy_workflow, installed_script
+from tests.conftest import REPO, copy_workflow, installed_script
 
 TINY = {
     "backend": "cpu",
@@ -143,3 +143,11 @@ def test_killed_measuring_job_leaves_no_rows(tmp_path):
     assert result.returncode == 0, result.stderr
     assert sql(workdir, "SELECT kind FROM runs") == [("correctness",)]
     assert sql(workdir, "SELECT count(*) FROM samples")[0][0] == 0
+
+
+README_QUERIES = re.findall(r"```sql\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+
+
+@pytest.mark.parametrize("text", README_QUERIES, ids=[q.splitlines()[0] for q in README_QUERIES])
+def test_readme_queries_run_on_a_real_campaign(campaign, text):
+    sql(campaign, text)  # a renamed column or view fails here
