@@ -23,6 +23,7 @@ from rooflab.units import UnitError, parse_bytes
 # A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
 # at DRAM_ABOVE x the total cache capacity.
 PLATEAU_ABOVE, PLATEAU_BELOW, DRAM_ABOVE = 2.0, 0.5, 4.0
+FMA_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -201,13 +202,21 @@ def run_ceilings(
                 }
             )
 
-    for dtype in settings.fma_dtypes:
-        config_id = f"fma/{dtype}"
-        tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
-        rate, iters, _ = time_workload(
-            backend, backend.fma_workload(dtype, threads), settings.window_s, settings.windows
-        )
-        tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
+    # The dtypes take turns over FMA_ROUNDS rounds and each keeps its best round: a ceiling is
+    # the best sustained rate, and a slow spell of the machine (seen here: seconds at half speed)
+    # should cost one round, not the whole ceiling.
+    best: dict[str, tuple[float, int]] = {}
+    for round_index in range(FMA_ROUNDS):
+        for dtype in settings.fma_dtypes:
+            config_id = f"fma/{dtype}/round{round_index}"
+            tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
+            rate, iters, _ = time_workload(
+                backend, backend.fma_workload(dtype, threads), settings.window_s, settings.windows
+            )
+            tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
+            best[dtype] = max(best.get(dtype, (0.0, 0)), (rate, iters))
+            progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s", done / total)
+    for dtype, (rate, iters) in best.items():
         tables["ceilings"].append(
             {
                 "run_id": run_id,
@@ -218,16 +227,16 @@ def run_ceilings(
                 "value": rate,
                 "unit": "FLOP/s",
                 "method": (
-                    f"independent SIMD FMA chains, {iters} iterations per window, median of "
-                    f"{settings.windows} windows of >= {settings.window_s} s; FMA = 2 FLOP"
+                    f"independent SIMD FMA chains, {iters} iterations per window; best of "
+                    f"{FMA_ROUNDS} rounds, each the median of {settings.windows} windows of >= "
+                    f"{settings.window_s} s; FMA = 2 FLOP"
                 ),
                 "cache_state": "warm",
                 "threads": threads,
-                "n_points": 1,
+                "n_points": FMA_ROUNDS,
             }
         )
         done += 1
-        progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s", done / total)
 
     for dtype in settings.blas_dtypes:
         tables["ceilings"].append(_blas_ceiling(backend, dtype, settings, run_id, tables, progress))
