@@ -19,4 +19,4 @@ rule all:
     default_target: True
     input:
         "results/store/ingest.json",
-        "results/report/runs.txt",
+        "results/report/index.html",

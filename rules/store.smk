@@ -19,12 +19,12 @@ rule ingest:
         "../workflow_scripts/ingest.py"
 
 
-# Placeholder until the report issue: the run summary as text.
+# The report reads the store only (DESIGN.md §6): index.html, with a PNG and an SVG per chart.
 rule report:
     input:
         ingest="results/store/ingest.json",
     output:
-        summary="results/report/runs.txt",
+        index="results/report/index.html",
     log:
         "logs/report.log",
     conda:

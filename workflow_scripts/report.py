@@ -1,11 +1,10 @@
-"""Rule report (placeholder until the report issue): the run summary as a text table."""
+"""Rule report: the HTML report of the store, with a PNG and an SVG per chart beside it."""
 
-from rooflab.cli import print_rows
-from rooflab.store import query
+from pathlib import Path
+
+from rooflab.report import build_report
 from rooflab.workflow import log_to
 
 log = log_to(snakemake.log[0])
-rows = query(snakemake.params.db, "SELECT * FROM run_summary ORDER BY started_at").to_pylist()
-with open(snakemake.output.summary, "w", encoding="utf-8") as out:
-    print_rows(rows, "table", out)
-log.info("%d runs summarised", len(rows))
+report = build_report(snakemake.params.db, Path(snakemake.output.index).parent)
+log.info("wrote %s: %d chart(s): %s", report.index, len(report.charts), ", ".join(report.charts))

@@ -397,6 +397,13 @@ def cmd_runs(args) -> None:
     _print_result(rows, args.format)
 
 
+def cmd_report(args) -> None:
+    from rooflab.report import build_report
+
+    report = build_report(args.db, args.out)
+    print(f"rooflab: wrote {report.index} ({len(report.charts)} chart(s), PNG and SVG beside it)")
+
+
 def _non_negative_seconds(text: str) -> float:
     try:
         seconds = float(text)
@@ -481,6 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--format", choices=("table", "csv", "json"), default="table")
     query.set_defaults(handler=cmd_query)
     runs.set_defaults(handler=cmd_runs)
+
+    report = commands.add_parser("report", help="the HTML report, with a PNG and SVG per chart")
+    report.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    report.add_argument("--out", default="results/report", help="folder (default results/report)")
+    report.set_defaults(handler=cmd_report)
     return parser
 
 

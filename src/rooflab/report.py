@@ -1,0 +1,988 @@
+"""The report (DESIGN.md §6): one self-contained offline HTML page plus a PNG and an SVG per chart.
+
+`build_report(db_path, out_dir)` only reads the store (one read-only connection, closed at the
+end). Every chart's data is aggregated in SQL: one row per configuration and cache state (the
+newest run's), per sweep point, per condition reading, or per quantile; raw samples never reach
+the page. The page inlines Vega, Vega-Lite and vega-embed (vl-convert's bundle), so it opens
+without a network.
+
+The report shows one machine and backend: those of the newest ceilings run (or, without one, of
+the newest run); the summary says how many other machines the store holds.
+
+altair and vl_convert are imported inside the functions: the CLI imports this module lazily too.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rooflab.store import StoreError, connect_read_only
+
+if TYPE_CHECKING:
+    import altair as alt
+    import duckdb
+    import pandas as pd
+
+BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM")  # fastest first
+FMA_PATHS = ("fp64_fma", "fp32_fma")
+LIBRARY_PATHS = ("fp64_blas", "fp32_blas")
+WIDTH = 640
+
+
+@dataclass
+class Chart:
+    name: str  # file stem and element id
+    title: str
+    how_to_read: str
+    chart: alt.TopLevelMixin
+    notes_html: str = ""  # shown under the chart
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    index: Path
+    charts: list[str] = field(default_factory=list)  # chart names, page order
+    files: list[Path] = field(default_factory=list)
+    specs: dict[str, dict] = field(default_factory=dict)  # Vega-Lite spec per chart name
+
+
+# -- reading the store ---------------------------------------------------------------------------
+
+
+def _df(connection: duckdb.DuckDBPyConnection, sql: str, params=None) -> pd.DataFrame:
+    import duckdb
+
+    try:
+        return connection.execute(sql, params or []).df()
+    except duckdb.Error as error:
+        raise StoreError(f"report query failed: {' '.join(str(error).split())[:300]}") from None
+
+
+def _scope(connection) -> dict | None:
+    """machine_id, backend, host, device_name and the ceilings run of the machine to show."""
+    rows = _df(
+        connection,
+        """
+        SELECT run_id, machine_id, backend, host, device_name, machine, kind
+        FROM runs
+        ORDER BY (kind = 'ceilings') DESC, started_at DESC, run_id DESC
+        LIMIT 1
+        """,
+    )
+    if rows.empty:
+        return None
+    scope = rows.iloc[0].to_dict()
+    ceilings_run = _df(
+        connection,
+        """
+        SELECT run_id, machine FROM runs
+        WHERE kind = 'ceilings' AND machine_id = ? AND backend = ?
+        ORDER BY started_at DESC, run_id DESC LIMIT 1
+        """,
+        [scope["machine_id"], scope["backend"]],
+    )
+    scope["ceilings_run_id"] = None if ceilings_run.empty else ceilings_run.iloc[0]["run_id"]
+    if not ceilings_run.empty:
+        scope["machine"] = ceilings_run.iloc[0]["machine"]
+    scope["other_machines"] = int(
+        _df(
+            connection,
+            "SELECT count(DISTINCT (machine_id, backend)) AS n FROM runs "
+            "WHERE NOT (machine_id = ? AND backend = ?)",
+            [scope["machine_id"], scope["backend"]],
+        ).iloc[0]["n"]
+    )
+    return scope
+
+
+def _ceilings(connection, scope) -> pd.DataFrame:
+    """Latest ceilings of the machine: the best kernel per bandwidth level, every compute path."""
+    return _df(
+        connection,
+        """
+        SELECT kind, name, kernel, dtype, value, unit, working_set_min_bytes,
+               working_set_max_bytes
+        FROM latest_ceilings
+        WHERE machine_id = ? AND backend = ?
+        QUALIFY row_number() OVER (PARTITION BY kind, name ORDER BY value DESC) = 1
+        ORDER BY kind, value DESC
+        """,
+        [scope["machine_id"], scope["backend"]],
+    )
+
+
+# The newest run's point per configuration and cache state on the machine.
+_LATEST_POINTS = """
+    SELECT p.*, r.started_at
+    FROM roofline_points AS p JOIN runs AS r USING (run_id)
+    WHERE p.machine_id = ? AND r.backend = ?
+    QUALIFY row_number() OVER (
+        PARTITION BY p.config_id, p.cache_state ORDER BY r.started_at DESC, p.run_id DESC
+    ) = 1
+"""
+
+
+def _points(connection, scope) -> pd.DataFrame:
+    return _df(
+        connection,
+        f"""
+        WITH latest AS ({_LATEST_POINTS})
+        SELECT l.config_id, l.cache_state, l.sweep, l.m, l.n, l.k, l.dtype, l.layout, l.level,
+               l.intensity, l.median_s, l.achieved_flops_per_s, l.attainable_flops_per_s,
+               l.efficiency, l.limiter, l.bound_s, l.run_id, l.compute_path,
+               coalesce(g.noisy, false) AS noisy
+        FROM latest AS l
+        LEFT JOIN gemm_points AS g USING (run_id, config_id, cache_state)
+        ORDER BY l.sweep, l.dtype, l.layout, l.n, l.k, l.m, l.cache_state
+        """,
+        [scope["machine_id"], scope["backend"]],
+    )
+
+
+def _failed(connection, scope) -> pd.DataFrame:
+    """Configurations whose newest correctness check on the machine failed, one row per metric."""
+    return _df(
+        connection,
+        """
+        WITH latest AS (
+            SELECT c.run_id, c.config_id
+            FROM correctness AS c JOIN runs AS r USING (run_id)
+            WHERE r.machine_id = ? AND r.backend = ?
+            QUALIFY row_number() OVER (
+                PARTITION BY c.config_id ORDER BY r.started_at DESC, c.run_id DESC
+            ) = 1
+        )
+        SELECT c.config_id, c.metric, c.error, c.tolerance, c.run_id
+        FROM correctness AS c JOIN latest USING (run_id, config_id)
+        WHERE NOT c.passed
+        ORDER BY c.config_id, c.metric
+        """,
+        [scope["machine_id"], scope["backend"]],
+    )
+
+
+# -- charts ---------------------------------------------------------------------------------------
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
+def _bytes_label(n: float) -> str:
+    for factor, prefix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if n >= factor:
+            return f"{n / factor:.4g} {prefix}"
+    return f"{n:.0f} B"
+
+
+def roofline_chart(ceilings: pd.DataFrame, points: pd.DataFrame) -> alt.LayerChart:
+    import altair as alt
+    import pandas as pd
+
+    bandwidth = ceilings[ceilings.kind == "bandwidth"].set_index("name")
+    compute = ceilings[ceilings.kind == "compute"].set_index("name")
+    levels = [lv for lv in BANDWIDTH_LEVELS if lv in bandwidth.index]
+    levels += [lv for lv in bandwidth.index if lv not in levels]
+    paths = [p for p in FMA_PATHS + LIBRARY_PATHS if p in compute.index]
+    paths += [p for p in compute.index if p not in paths]
+    peaks = [float(compute.loc[p, "value"]) for p in paths]
+    bws = [float(bandwidth.loc[lv, "value"]) for lv in levels]
+
+    intensities = [x for x in points.get("intensity", []) if x > 0 and math.isfinite(x)]
+    ridges = [p / b for p in peaks for b in bws]
+    lo = min(intensities + ridges + [1.0]) / 4
+    hi = max(intensities + ridges + [1.0]) * 4
+    top = max(peaks) if peaks else None
+
+    lines, labels = [], []
+    for level, bw in zip(levels, bws, strict=True):
+        kernel = bandwidth.loc[level, "kernel"]
+        end = top / bw if top else hi
+        text = f"{level} {bw / 1e9:.4g} GB/s ({kernel})"
+        for x in (lo, min(end, hi)):
+            lines.append(
+                {"ceiling": text, "kind": "bandwidth", "library": False, "x": x, "y": bw * x}
+            )
+        labels.append({"ceiling": text, "x": lo, "y": bw * lo, "align": "left", "dy": -7})
+    for path, peak in zip(paths, peaks, strict=True):
+        library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
+        start = peak / max(bws) if bws else lo
+        text = f"{path} {peak / 1e9:.4g} GFLOP/s" + (" (library)" if library else "")
+        for x in (max(start, lo), hi):
+            lines.append(
+                {"ceiling": text, "kind": "compute", "library": library, "x": x, "y": peak}
+            )
+        # FMA labels at the right end, library labels where their line starts: apart from
+        # each other and from the points, which gather at high intensity
+        labels.append(
+            {
+                "ceiling": text,
+                "x": hi if not library else max(start, lo) * 1.1,
+                "y": peak,
+                "align": "left" if library else "right",
+                "dy": -7,
+            }
+        )
+    lines_df = pd.DataFrame(lines, columns=["ceiling", "kind", "library", "x", "y"])
+    labels_df = pd.DataFrame(labels, columns=["ceiling", "x", "y", "align", "dy"])
+
+    x_scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
+    y_values = [r["y"] for r in lines] + list(points.get("achieved_flops_per_s", []))
+    y_values = [y for y in y_values if y > 0]
+    y_scale = alt.Scale(
+        type="log",
+        domain=[min(y_values) / 2, max(y_values) * 2] if y_values else [1e6, 1e12],
+        nice=False,
+    )
+    x_axis = alt.X(
+        "x:Q", scale=x_scale, title="Arithmetic intensity (FLOP/byte)", axis=alt.Axis(format="~g")
+    )
+    y_axis = alt.Y("y:Q", scale=y_scale, title="Performance (FLOP/s)", axis=alt.Axis(format="~s"))
+    base_lines = (
+        alt.Chart(lines_df)
+        .mark_line(color="#555", strokeWidth=1.5)
+        .encode(
+            x=x_axis,
+            y=y_axis,
+            detail="ceiling:N",
+            strokeDash=alt.condition("datum.library", alt.value([6, 4]), alt.value([1, 0])),
+            tooltip=[alt.Tooltip("ceiling:N", title="ceiling")],
+        )
+    )
+    # align and dy are mark properties, not encodings: one text layer per placement
+    text_layers = []
+    for (align, dy), group in labels_df.groupby(["align", "dy"]):
+        text_layers.append(
+            alt.Chart(group)
+            .mark_text(
+                fontSize=11, color="#333", align=align, dy=int(dy), dx=4 if align == "left" else -4
+            )
+            .encode(x=alt.X("x:Q", scale=x_scale), y=alt.Y("y:Q", scale=y_scale), text="ceiling:N")
+        )
+    pts = points.assign(x=points.intensity, y=points.achieved_flops_per_s)
+    point_layer = (
+        alt.Chart(pts)
+        .mark_point(size=60, filled=True, opacity=0.8)
+        .encode(
+            x=alt.X("x:Q", scale=x_scale),
+            y=alt.Y("y:Q", scale=y_scale),
+            color=alt.Color("dtype:N", title="dtype"),
+            shape=alt.Shape("cache_state:N", title="cache state"),
+            tooltip=[
+                alt.Tooltip("config_id:N", title="config"),
+                alt.Tooltip("cache_state:N", title="cache state"),
+                alt.Tooltip("m:Q", title="M"),
+                alt.Tooltip("n:Q", title="N"),
+                alt.Tooltip("k:Q", title="K"),
+                alt.Tooltip("median_s:Q", title="median time (s)", format=".3~s"),
+                alt.Tooltip("achieved_flops_per_s:Q", title="achieved (FLOP/s)", format=".3~s"),
+                alt.Tooltip("attainable_flops_per_s:Q", title="attainable (FLOP/s)", format=".3~s"),
+                alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
+                alt.Tooltip("limiter:N", title="limiter"),
+                alt.Tooltip("level:N", title="level"),
+                alt.Tooltip("intensity:Q", title="intensity (FLOP/byte)", format=".3~g"),
+                alt.Tooltip("run_id:N", title="run"),
+            ],
+        )
+    )
+    return (
+        alt.layer(base_lines, *text_layers, point_layer)
+        .properties(width=WIDTH, height=480)
+        .resolve_scale(x="shared", y="shared")
+    )
+
+
+def _cache_capacities(machine_json) -> list[dict]:
+    """Total data-cache capacity per level (size x usable instances) from runs.machine."""
+    try:
+        caches = json.loads(machine_json or "{}").get("caches", [])
+    except (TypeError, ValueError):
+        return []
+    out = []
+    for cache in caches:
+        if cache.get("type") not in ("Data", "Unified"):
+            continue
+        instances = cache.get("usable_instances") or cache.get("instances") or 1
+        size = cache["size_bytes"] * instances
+        out.append({"x": size, "label": f"L{cache['level']} {_bytes_label(size)}"})
+    return out
+
+
+def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[dict]):
+    import altair as alt
+    import pandas as pd
+
+    x_scale = alt.Scale(type="log", nice=False)
+    layers = []
+    if not plateaus.empty:
+        layers.append(
+            alt.Chart(plateaus)
+            .mark_rect(opacity=0.12, color="#4c78a8")
+            .encode(
+                x=alt.X("lo:Q", scale=x_scale),
+                x2="hi:Q",
+                tooltip=[alt.Tooltip("level:N", title="plateau")],
+            )
+        )
+        layers.append(
+            alt.Chart(plateaus)
+            .mark_text(baseline="top", dy=4, fontSize=11, color="#4c78a8")
+            .encode(x=alt.X("mid:Q", scale=x_scale), y=alt.value(0), text="level:N")
+        )
+    layers.append(
+        alt.Chart(sweep)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "working_set_bytes:Q",
+                scale=x_scale,
+                title="Working set (bytes)",
+                axis=alt.Axis(format="~s"),
+            ),
+            y=alt.Y("gb_per_s:Q", title="Bandwidth (GB/s)"),
+            color=alt.Color("kernel:N", title="kernel"),
+            tooltip=[
+                alt.Tooltip("kernel:N"),
+                alt.Tooltip("working_set_bytes:Q", title="working set (B)", format=",d"),
+                alt.Tooltip("gb_per_s:Q", title="bandwidth (GB/s)", format=".1f"),
+                alt.Tooltip("level:N", title="plateau"),
+                alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".3f"),
+            ],
+        )
+    )
+    if capacities:
+        caps = pd.DataFrame(capacities)
+        layers.append(
+            alt.Chart(caps)
+            .mark_rule(strokeDash=[4, 3], color="#888")
+            .encode(x=alt.X("x:Q", scale=x_scale), tooltip=[alt.Tooltip("label:N", title="cache")])
+        )
+        layers.append(
+            alt.Chart(caps)
+            .mark_text(
+                angle=270, align="right", baseline="bottom", dx=-4, dy=-2, fontSize=11, color="#666"
+            )
+            .encode(x=alt.X("x:Q", scale=x_scale), y=alt.value(0), text="label:N")
+        )
+    return alt.layer(*layers).properties(width=WIDTH, height=320)
+
+
+def _m_axis():
+    import altair as alt
+
+    return alt.Scale(type="log", base=2, nice=False)
+
+
+def reuse_time_chart(data: pd.DataFrame, sweep: str):
+    import altair as alt
+
+    m_values = sorted(int(m) for m in data.m.unique())
+
+    return (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "m:Q",
+                scale=_m_axis(),
+                title="M (rows of X)",
+                axis=alt.Axis(format="~d", values=m_values),
+            ),
+            y=alt.Y(
+                "seconds:Q",
+                scale=alt.Scale(type="log"),
+                title="Time (s)",
+                axis=alt.Axis(format="~s"),
+            ),
+            color=alt.Color("series:N", title="configuration"),
+            strokeDash=alt.StrokeDash(
+                "source:N",
+                title="source",
+                sort=["measured median", "model lower bound"],
+                legend=alt.Legend(symbolType="stroke"),
+            ),
+            tooltip=[
+                alt.Tooltip("series:N", title="configuration"),
+                alt.Tooltip("cache_state:N", title="cache state"),
+                alt.Tooltip("m:Q", title="M"),
+                alt.Tooltip("quantity:N", title="quantity"),
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("seconds:Q", title="time (s)", format=".3~s"),
+            ],
+        )
+        .properties(width=280, height=220)
+        .facet(
+            row=alt.Row("quantity:N", title=None, sort=["whole GEMM", "per row (time / M)"]),
+            column=alt.Column("cache_state:N", title="cache state"),
+        )
+        .resolve_scale(y="independent")
+        .properties(title=f"sweep {sweep}: median time and time per row vs M")
+    )
+
+
+def reuse_efficiency_chart(data: pd.DataFrame, sweep: str):
+    import altair as alt
+
+    m_values = sorted(int(m) for m in data.m.unique())
+
+    return (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "m:Q",
+                scale=_m_axis(),
+                title="M (rows of X)",
+                axis=alt.Axis(format="~d", values=m_values),
+            ),
+            y=alt.Y(
+                "efficiency:Q",
+                title="Efficiency (achieved / attainable, %)",
+                axis=alt.Axis(format="%"),
+            ),
+            color=alt.Color("series:N", title="configuration"),
+            tooltip=[
+                alt.Tooltip("series:N", title="configuration"),
+                alt.Tooltip("cache_state:N", title="cache state"),
+                alt.Tooltip("m:Q", title="M"),
+                alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
+                alt.Tooltip("limiter:N", title="limiter"),
+                alt.Tooltip("level:N", title="level"),
+            ],
+        )
+        .properties(width=280, height=220)
+        .facet(column=alt.Column("cache_state:N", title="cache state"))
+        .properties(title=f"sweep {sweep}: efficiency vs M")
+    )
+
+
+def distribution_chart(quantiles: pd.DataFrame):
+    import altair as alt
+
+    y = alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=360))
+    x_scale = alt.Scale(type="log")
+    color = alt.Color(
+        "spread:N",
+        title="spread",
+        scale=alt.Scale(domain=["noisy", "steady"], range=["#e45756", "#4c78a8"]),
+    )
+    tooltip = [
+        alt.Tooltip("label:N", title="configuration"),
+        alt.Tooltip("n:Q", title="samples"),
+        alt.Tooltip("min_s:Q", title="min (s)", format=".3~s"),
+        alt.Tooltip("p25_s:Q", title="p25 (s)", format=".3~s"),
+        alt.Tooltip("median_s:Q", title="median (s)", format=".3~s"),
+        alt.Tooltip("p75_s:Q", title="p75 (s)", format=".3~s"),
+        alt.Tooltip("max_s:Q", title="max (s)", format=".3~s"),
+        alt.Tooltip("spread:N", title="spread"),
+    ]
+    base = alt.Chart(quantiles).encode(y=y, color=color, tooltip=tooltip)
+    whisker = base.mark_rule().encode(
+        x=alt.X("min_s:Q", scale=x_scale, title="Time per call (s)", axis=alt.Axis(format="~s")),
+        x2="max_s:Q",
+    )
+    box = base.mark_bar(size=10).encode(x=alt.X("p25_s:Q", scale=x_scale), x2="p75_s:Q")
+    median = base.mark_tick(color="black", size=12, thickness=2).encode(
+        x=alt.X("median_s:Q", scale=x_scale)
+    )
+    return alt.layer(whisker, box, median).properties(
+        width=WIDTH - 200, height=max(60, 16 * len(quantiles))
+    )
+
+
+def conditions_chart(conditions: pd.DataFrame):
+    import altair as alt
+
+    return (
+        alt.Chart(conditions)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("t:T", title="Time (UTC)"),
+            y=alt.Y("ghz:Q", title="Measured clock (GHz)", scale=alt.Scale(zero=False)),
+            color=alt.Color("kind:N", title="run kind"),
+            detail="run:N",
+            tooltip=[
+                alt.Tooltip("t:T", title="time (UTC)", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("ghz:Q", title="clock (GHz)", format=".3f"),
+                alt.Tooltip("phase:N", title="phase"),
+                alt.Tooltip("config_id:N", title="config"),
+                alt.Tooltip("run:N", title="run"),
+            ],
+        )
+        .properties(width=WIDTH, height=260)
+    )
+
+
+def change_chart(change: pd.DataFrame):
+    import altair as alt
+
+    y = alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=360))
+    band = (
+        alt.Chart(change)
+        .mark_bar(size=12, color="#ccc")
+        .encode(
+            y=y,
+            x=alt.X(
+                "noise_lo:Q",
+                title="Change of the median vs the previous run (%)",
+                axis=alt.Axis(format="%"),
+            ),
+            x2="noise_hi:Q",
+        )
+    )
+    dots = (
+        alt.Chart(change)
+        .mark_point(filled=True, size=60)
+        .encode(
+            y=y,
+            x="rel_change:Q",
+            color=alt.Color(
+                "verdict:N",
+                title="change",
+                scale=alt.Scale(
+                    domain=["slower", "faster", "within noise"],
+                    range=["#e45756", "#54a24b", "#888"],
+                ),
+            ),
+            tooltip=[
+                alt.Tooltip("label:N", title="configuration"),
+                alt.Tooltip("previous_s:Q", title="previous median (s)", format=".3~s"),
+                alt.Tooltip("latest_s:Q", title="latest median (s)", format=".3~s"),
+                alt.Tooltip("rel_change:Q", title="change", format="+.1%"),
+                alt.Tooltip("noise_hi:Q", title="noise band (±)", format=".1%"),
+                alt.Tooltip("previous_run:N", title="previous run"),
+                alt.Tooltip("latest_run:N", title="latest run"),
+            ],
+        )
+    )
+    return alt.layer(band, dots).properties(width=WIDTH - 200, height=max(60, 16 * len(change)))
+
+
+# -- assembling -----------------------------------------------------------------------------------
+
+
+def _charts(connection, scope) -> tuple[list[Chart], dict]:
+    import pandas as pd
+
+    machine, backend = scope["machine_id"], scope["backend"]
+    ceilings = _ceilings(connection, scope)
+    points = _points(connection, scope)
+    failed = _failed(connection, scope)
+    charts: list[Chart] = []
+    facts = {"ceilings": ceilings, "points": points, "failed": failed}
+
+    if not ceilings.empty or not points.empty:
+        notes = ""
+        if not failed.empty:
+            items = "".join(
+                f"<li><code>{html.escape(r.config_id)}</code>: {html.escape(r.metric)} error "
+                f"{r.error:.3g} &gt; tolerance {r.tolerance:.3g} (run {html.escape(r.run_id)})</li>"
+                for r in failed.itertuples()
+            )
+            notes = f"<p>Failed correctness, not drawn:</p><ul class='failed'>{items}</ul>"
+        charts.append(
+            Chart(
+                "roofline",
+                "Roofline",
+                ROOFLINE_HOW,
+                roofline_chart(ceilings, points),
+                notes,
+            )
+        )
+
+    if scope.get("ceilings_run_id"):
+        sweep = _df(
+            connection,
+            """
+            SELECT kernel, working_set_bytes, value / 1e9 AS gb_per_s, level, iqr_ratio
+            FROM ceiling_sweep WHERE run_id = ? ORDER BY kernel, working_set_bytes
+        """,
+            [scope["ceilings_run_id"]],
+        )
+        plateaus = _df(
+            connection,
+            """
+            SELECT name AS level, min(working_set_min_bytes) AS lo,
+                   max(working_set_max_bytes) AS hi,
+                   sqrt(min(working_set_min_bytes) * max(working_set_max_bytes)) AS mid
+            FROM ceilings
+            WHERE run_id = ? AND kind = 'bandwidth' AND working_set_min_bytes IS NOT NULL
+            GROUP BY name ORDER BY lo
+        """,
+            [scope["ceilings_run_id"]],
+        )
+        if not sweep.empty:
+            charts.append(
+                Chart(
+                    "ceiling_sweep",
+                    "Ceiling sweep",
+                    "Bandwidth of each kernel as the working set grows (newest ceilings run): "
+                    "each drop marks a cache level left behind (dashed rules: total cache "
+                    "capacities), and each shaded plateau is where that level's ceiling was taken.",
+                    sweep_chart(sweep, plateaus, _cache_capacities(scope.get("machine"))),
+                )
+            )
+
+    if not points.empty:
+        pts = points.assign(
+            series=points.dtype
+            + " "
+            + points.layout
+            + " N="
+            + points.n.astype(str)
+            + " K="
+            + points.k.astype(str)
+        )
+        for sweep_name, group in pts.groupby("sweep", sort=True):
+            long = pd.concat(
+                [
+                    group.assign(
+                        quantity="whole GEMM", source="measured median", seconds=group.median_s
+                    ),
+                    group.assign(
+                        quantity="whole GEMM", source="model lower bound", seconds=group.bound_s
+                    ),
+                    group.assign(
+                        quantity="per row (time / M)",
+                        source="measured median",
+                        seconds=group.median_s / group.m,
+                    ),
+                    group.assign(
+                        quantity="per row (time / M)",
+                        source="model lower bound",
+                        seconds=group.bound_s / group.m,
+                    ),
+                ]
+            )[["series", "cache_state", "m", "quantity", "source", "seconds"]]
+            safe = "".join(c if c.isalnum() else "_" for c in str(sweep_name))
+            charts.append(
+                Chart(
+                    f"reuse_time_{safe}",
+                    f"Weight reuse: time vs M (sweep {sweep_name})",
+                    "Solid: the measured median; dashed: the Roofline lower bound of the same "
+                    "configuration. The whole GEMM gets longer with M while the time per row falls "
+                    "as the weights are reused; the gap between the lines is the time lost to the "
+                    "roof.",
+                    reuse_time_chart(long, str(sweep_name)),
+                )
+            )
+            charts.append(
+                Chart(
+                    f"reuse_efficiency_{safe}",
+                    f"Weight reuse: efficiency vs M (sweep {sweep_name})",
+                    "Achieved FLOP/s over the attainable FLOP/s of the roof each point sits under "
+                    "(100 % is on the roof).",
+                    reuse_efficiency_chart(
+                        group[["series", "cache_state", "m", "efficiency", "limiter", "level"]],
+                        str(sweep_name),
+                    ),
+                )
+            )
+
+    quantiles = _df(
+        connection,
+        """
+        WITH latest AS (
+            SELECT g.run_id, g.config_id, g.cache_state, g.noisy
+            FROM gemm_points AS g JOIN runs AS r USING (run_id)
+            WHERE r.machine_id = ? AND r.backend = ?
+            QUALIFY row_number() OVER (
+                PARTITION BY g.config_id, g.cache_state ORDER BY r.started_at DESC, g.run_id DESC
+            ) = 1
+        )
+        SELECT s.config_id || ' · ' || s.cache_state AS label, count(*) AS n,
+               min(s.seconds) AS min_s, quantile_cont(s.seconds, 0.25) AS p25_s,
+               median(s.seconds) AS median_s, quantile_cont(s.seconds, 0.75) AS p75_s,
+               max(s.seconds) AS max_s,
+               CASE WHEN any_value(l.noisy) THEN 'noisy' ELSE 'steady' END AS spread
+        FROM samples AS s JOIN latest AS l USING (run_id, config_id, cache_state)
+        JOIN gemm_points AS g USING (run_id, config_id, cache_state)
+        GROUP BY s.config_id, s.cache_state, g.sweep, g.dtype, g.layout, g.n, g.k, g.m
+        ORDER BY g.sweep, g.dtype, g.layout, g.n, g.k, g.m, s.cache_state
+    """,
+        [machine, backend],
+    )
+    if not quantiles.empty:
+        charts.append(
+            Chart(
+                "distributions",
+                "Sample distributions",
+                "One box per configuration and cache state (newest run): whiskers span min to max, "
+                "the box p25 to p75, the black tick is the median; red boxes were flagged noisy "
+                "(IQR / median above the threshold).",
+                distribution_chart(quantiles),
+            )
+        )
+
+    conditions = _df(
+        connection,
+        """
+        SELECT c.t, coalesce(c.cpu_ghz_measured, c.sm_clock_mhz / 1000) AS ghz, c.phase,
+               c.config_id, r.kind || coalesce(' ' || r.sweep, '') AS kind, r.run_id AS run
+        FROM conditions AS c JOIN runs AS r USING (run_id)
+        WHERE r.machine_id = ? AND r.backend = ?
+          AND coalesce(c.cpu_ghz_measured, c.sm_clock_mhz) IS NOT NULL
+        ORDER BY c.t
+    """,
+        [machine, backend],
+    )
+    if not conditions.empty:
+        conditions["t"] = conditions["t"].dt.tz_convert("UTC").dt.tz_localize(None)
+        charts.append(
+            Chart(
+                "conditions",
+                "Conditions: clock over time",
+                "The clock measured before and after each measurement (GHz), one line per run, "
+                "coloured by what it measured: a dip or a spread within a run means its timings "
+                "were taken at a different speed.",
+                conditions_chart(conditions),
+            )
+        )
+
+    change = _df(
+        connection,
+        """
+        WITH ranked AS (
+            SELECT g.config_id, g.cache_state, g.run_id, g.median_s,
+                   (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
+                   row_number() OVER (
+                       PARTITION BY g.config_id, g.cache_state
+                       ORDER BY r.started_at DESC, g.run_id DESC) AS rank
+            FROM gemm_points AS g JOIN runs AS r USING (run_id)
+            WHERE r.machine_id = ? AND r.backend = ?
+        )
+        SELECT a.config_id || ' · ' || a.cache_state AS label, b.median_s AS previous_s,
+               a.median_s AS latest_s, a.median_s / b.median_s - 1 AS rel_change,
+               greatest(a.iqr_ratio, b.iqr_ratio) / 2 AS noise_hi,
+               -greatest(a.iqr_ratio, b.iqr_ratio) / 2 AS noise_lo,
+               b.run_id AS previous_run, a.run_id AS latest_run,
+               CASE WHEN abs(a.median_s / b.median_s - 1) <= greatest(a.iqr_ratio, b.iqr_ratio) / 2
+                    THEN 'within noise'
+                    WHEN a.median_s > b.median_s THEN 'slower' ELSE 'faster' END AS verdict
+        FROM ranked AS a JOIN ranked AS b
+          ON a.config_id = b.config_id AND a.cache_state = b.cache_state
+         AND a.rank = 1 AND b.rank = 2
+        ORDER BY a.config_id, a.cache_state
+    """,
+        [machine, backend],
+    )
+    if not change.empty:
+        charts.append(
+            Chart(
+                "change",
+                "Change since the previous run",
+                "Relative change of each configuration's median between its two newest runs; the "
+                "grey band is ± half the larger IQR / median of the two, so a dot outside it moved "
+                "by more than the noise.",
+                change_chart(change),
+            )
+        )
+    return charts, facts
+
+
+def _summary_html(connection, scope, facts) -> str:
+    ceilings, points, failed = facts["ceilings"], facts["points"], facts["failed"]
+    counts = _df(
+        connection,
+        """
+        SELECT count(*) AS runs, count(*) FILTER (WHERE kind = 'gemm') AS gemm_runs,
+               min(started_at) AS first, max(started_at) AS last
+        FROM runs WHERE machine_id = ? AND backend = ?
+    """,
+        [scope["machine_id"], scope["backend"]],
+    ).iloc[0]
+    esc = html.escape
+    rows = [
+        ("host", esc(str(scope["host"]))),
+        ("machine id", f"<code>{esc(str(scope['machine_id']))}</code>"),
+        ("backend", esc(str(scope["backend"]))),
+        ("device", esc(str(scope["device_name"]))),
+        (
+            "runs",
+            f"{counts.runs} ({counts.gemm_runs} GEMM), {counts['first']:%Y-%m-%d %H:%M} "
+            f"to {counts['last']:%Y-%m-%d %H:%M} UTC",
+        ),
+    ]
+    if scope["other_machines"]:
+        rows.append(("not shown", f"{scope['other_machines']} other machine/backend pair(s)"))
+    out = ["<table class='summary'>"]
+    out += [f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows]
+    out.append("</table>")
+
+    if ceilings.empty:
+        out.append("<p>No ceilings measured on this machine yet.</p>")
+    else:
+        run = esc(str(scope.get("ceilings_run_id")))
+        out.append(f"<h3>Latest ceilings (run <code>{run}</code>)</h3><table class='ceilings'>")
+        out.append("<tr><th>ceiling</th><th>value</th><th>kernel</th><th>dtype</th></tr>")
+        for r in ceilings.itertuples():
+            value = (
+                f"{r.value / 1e9:.4g} GB/s"
+                if r.unit == "B/s"
+                else f"{r.value / 1e9:.4g} GFLOP/s"
+                if r.unit == "FLOP/s"
+                else f"{r.value:.4g} {esc(str(r.unit))}"
+            )
+            out.append(
+                f"<tr><td>{esc(r.name)}</td><td class='num'>{value}</td>"
+                f"<td>{esc(str(r.kernel))}</td><td>{esc(str(r.dtype))}</td></tr>"
+            )
+        out.append("</table>")
+        dram = ceilings[(ceilings.kind == "bandwidth") & (ceilings.name == "DRAM")]
+        compute = ceilings[ceilings.kind == "compute"]
+        if not dram.empty and not compute.empty:
+            bw = float(dram.iloc[0].value)
+            ridges = ", ".join(
+                f"{esc(r.name)} {r.value / bw:.3g} FLOP/byte" for r in compute.itertuples()
+            )
+            out.append(f"<p>Ridge points against DRAM ({bw / 1e9:.4g} GB/s): {ridges}.</p>")
+    if points.empty:
+        out.append("<p>No Roofline points on this machine yet.</p>")
+    else:
+        limiter = points.limiter.value_counts()
+        out.append(
+            f"<p>{len(points)} Roofline points (newest run per configuration and cache state): "
+            f"<b>{limiter.get('compute', 0)}</b> compute-bound, "
+            f"<b>{limiter.get('memory', 0)}</b> memory-bound; "
+            f"<b>{int(points.noisy.sum())}</b> noisy; "
+            f"<b>{failed.config_id.nunique()}</b> configuration(s) failed correctness.</p>"
+        )
+    return "\n".join(out)
+
+
+PAGE_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+th, td { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+section.chart { margin: 2.5em 0; }
+p.how { color: #444; max-width: 60em; }
+ul.failed { color: #a00; }
+#report-errors:empty { display: none; }
+#report-errors { color: #a00; border: 1px solid #a00; padding: 0.5em; }
+"""
+
+# Recorded into the page so that a headless browser's DOM shows any failure.
+ERROR_HOOK = """
+window.reportErrors = [];
+function reportError(message) {
+  window.reportErrors.push(String(message));
+  var box = document.getElementById('report-errors');
+  if (box) { box.textContent = window.reportErrors.join('\\n'); }
+}
+window.addEventListener('error', function (e) { reportError(e.message || e); });
+window.addEventListener('unhandledrejection', function (e) { reportError(e.reason); });
+"""
+
+
+def _page(title: str, summary: str, charts: list[Chart], specs: dict[str, dict]) -> str:
+    import vl_convert as vlc
+
+    sections = []
+    for chart in charts:
+        sections.append(
+            f"<section class='chart'><h2>{html.escape(chart.title)}</h2>"
+            f"<p class='how'>{html.escape(chart.how_to_read)}</p>"
+            f"<div class='vega-chart' id='chart-{chart.name}'></div>{chart.notes_html}"
+            f"<p class='files'><a href='{chart.name}.png'>PNG</a> · "
+            f"<a href='{chart.name}.svg'>SVG</a></p></section>"
+        )
+    if not charts:
+        sections.append("<p class='empty'>Nothing to chart yet.</p>")
+    bundle = vlc.javascript_bundle(vl_version=_vl_version())
+    specs_json = json.dumps(specs).replace("</", "<\\/")
+    embed = f"""
+const specs = {specs_json};
+const done = [];
+for (const [name, spec] of Object.entries(specs)) {{
+  done.push(window.vegaEmbed('#chart-' + name, spec, {{renderer: 'svg', actions: false}})
+    .catch(reportError));
+}}
+Promise.all(done).then(() => document.body.setAttribute('data-rendered', 'true'));
+"""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{html.escape(title)}</title>
+<style>{PAGE_STYLE}</style>
+<script>{ERROR_HOOK}</script>
+</head>
+<body>
+<h1>{html.escape(title)}</h1>
+<pre id="report-errors"></pre>
+{summary}
+{"".join(sections)}
+<script type="module">{bundle}</script>
+<script type="module">{embed}</script>
+</body>
+</html>
+"""
+
+
+def _vl_version() -> str:
+    import altair as alt
+
+    return "v" + ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+
+
+ROOFLINE_HOW = (
+    "Each point is one configuration and cache state (its newest run); slanted lines are the "
+    "measured bandwidth ceilings per memory level, flat lines the measured compute ceilings "
+    "(dashed: the BLAS library path), so a point's distance below the roof it sits under is the "
+    "efficiency left on the table."
+)
+
+EMPTY_HTML = (
+    "<p class='empty'>The store holds no runs yet: there is nothing to report. Run the workflow "
+    "(or <code>rooflab measure</code> and <code>rooflab store ingest</code>) first.</p>"
+)
+
+
+def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
+    """Write out_dir/index.html and a PNG and an SVG per chart; read-only on the store."""
+    import vl_convert as vlc
+
+    out_dir = Path(out_dir)
+    connection = connect_read_only(db_path)
+    try:
+        scope = _scope(connection)
+        if scope is None:
+            charts, summary = [], EMPTY_HTML
+        else:
+            charts, facts = _charts(connection, scope)
+            summary = _summary_html(connection, scope, facts)
+    finally:
+        connection.close()
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = Report(out_dir=out_dir, index=out_dir / "index.html")
+    specs = report.specs
+    for chart in charts:
+        spec = chart.chart.to_dict()
+        specs[chart.name] = spec
+        vl_version = _vl_version()
+        png = out_dir / f"{chart.name}.png"
+        svg = out_dir / f"{chart.name}.svg"
+        png.write_bytes(vlc.vegalite_to_png(spec, vl_version=vl_version, scale=2))
+        svg.write_text(vlc.vegalite_to_svg(spec, vl_version=vl_version), encoding="utf-8")
+        report.charts.append(chart.name)
+        report.files += [png, svg]
+    title = "rooflab report"
+    if scope is not None:
+        title += f": {scope['host']} ({scope['backend']}, {scope['device_name']})"
+    page = _page(title, summary, charts, specs)
+    temporary = report.index.with_name(".index.html.tmp")
+    temporary.write_text(page, encoding="utf-8")
+    temporary.replace(report.index)
+    report.files.append(report.index)
+    return report

@@ -1,0 +1,262 @@
+"""The report (DESIGN.md §6), built from a small store of real measurements on this machine.
+
+The store is made once per module the way the workflow makes it: `rooflab measure ceilings
+--quick`, `rooflab measure gemm` of a tiny sweep, the Roofline points of that run, and
+`rooflab store ingest` (about 15 s on a 2-core machine). The browser test loads the page in
+headless Debian chromium with networking disabled and reads back the rendered DOM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rooflab.cli import main
+from rooflab.report import build_report
+from rooflab.roofline import latest_ceilings_by_machine, roofline_points, write_points
+from rooflab.store import ingest
+
+from .conftest import installed_script
+
+CHROMIUM = shutil.which("chromium") or (
+    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+)
+
+TINY_CONFIG = """\
+backend: cpu
+timing:
+  warmup_s: 0.01
+  warmup_min_calls: 1
+  min_time_s: 0.02
+  min_samples: 5
+  max_samples: 50
+sweeps:
+  tiny:
+    m: [1, 16, 128]
+    n: [256]
+    k: [256]
+    dtypes: [fp32, fp64]
+    layouts: [nn]
+    cache_states: [warm, cold]
+"""
+
+
+def _rooflab(*args: str, cwd: Path) -> None:
+    subprocess.run([installed_script("rooflab"), *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("report_store")
+    (root / "tiny.yaml").write_text(TINY_CONFIG)
+    results = root / "results"
+    _rooflab(
+        "measure",
+        "ceilings",
+        "--quick",
+        "--backend",
+        "cpu",
+        "--out",
+        "results/ceilings/runs",
+        cwd=root,
+    )
+    _rooflab(
+        "measure",
+        "gemm",
+        "--config",
+        "tiny.yaml",
+        "--sweep",
+        "tiny",
+        "--out",
+        "results/sweeps/tiny/runs",
+        cwd=root,
+    )
+    ceilings = latest_ceilings_by_machine(sorted((results / "ceilings" / "runs").iterdir()))
+    points = roofline_points(sorted((results / "sweeps" / "tiny" / "runs").iterdir()), ceilings)
+    assert points, "the tiny sweep gave no Roofline points"
+    write_points(points, results / "roofline" / "roofline_points.parquet")
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    return db
+
+
+@pytest.fixture(scope="module")
+def built(store, tmp_path_factory):
+    return build_report(store, tmp_path_factory.mktemp("report") / "report")
+
+
+def _layers(spec: dict) -> list[dict]:
+    """Every unit spec (with a mark) inside layers and facets."""
+    if "mark" in spec:
+        return [spec]
+    out = []
+    for key in ("layer", "spec", "hconcat", "vconcat", "concat"):
+        child = spec.get(key)
+        for item in child if isinstance(child, list) else [child] if child else []:
+            out += _layers(item)
+    return out
+
+
+def _channel(spec: dict, name: str) -> list[dict]:
+    return [layer["encoding"][name] for layer in _layers(spec) if name in layer.get("encoding", {})]
+
+
+EXPECTED_CHARTS = [
+    "roofline",
+    "ceiling_sweep",
+    "reuse_time_tiny",
+    "reuse_efficiency_tiny",
+    "distributions",
+    "conditions",
+]
+
+
+def test_every_chart_is_built_with_png_and_svg(built):
+    assert built.charts == EXPECTED_CHARTS
+    for name in built.charts:
+        png = built.out_dir / f"{name}.png"
+        svg = built.out_dir / f"{name}.svg"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert svg.read_text().lstrip().startswith("<svg") and "<text" in svg.read_text()
+
+
+def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
+    spec = built.specs["roofline"]
+    layers = _layers(spec)
+    marks = [layer["mark"]["type"] for layer in layers]
+    assert marks[0] == "line" and marks[-1] == "point" and "text" in marks
+    for channel in ("x", "y"):
+        scales = [enc["scale"] for enc in _channel(spec, channel) if "scale" in enc]
+        assert scales and all(s["type"] == "log" for s in scales), channel
+    point = layers[-1]["encoding"]
+    assert point["color"]["field"] == "dtype" and point["shape"]["field"] == "cache_state"
+    tooltip_fields = {t["field"] for t in point["tooltip"]}
+    assert {
+        "config_id",
+        "m",
+        "n",
+        "k",
+        "median_s",
+        "achieved_flops_per_s",
+        "attainable_flops_per_s",
+        "efficiency",
+        "limiter",
+        "level",
+        "run_id",
+    } <= tooltip_fields
+    # every ceiling is labelled with its value and unit; library ceilings are dashed
+    datasets = spec["datasets"].values()
+    labels = {row["ceiling"] for rows in datasets for row in rows if "align" in row}
+    assert any(label.startswith("DRAM") and "GB/s" in label for label in labels)
+    assert any(label.startswith("fp64_fma") and "GFLOP/s" in label for label in labels)
+    assert any("fp32_blas" in label and "library" in label for label in labels)
+    assert "strokeDash" in layers[0]["encoding"]
+
+
+def test_every_quantitative_axis_title_has_a_unit_and_every_chart_has_tooltips(built):
+    for name, spec in built.specs.items():
+        titled = 0
+        for channel in ("x", "y"):
+            for enc in _channel(spec, channel):
+                if enc.get("type") in ("quantitative", "temporal") and "title" in enc:
+                    titled += 1
+                    assert re.search(r"\(.+\)", enc["title"]), f"{name}: {enc['title']!r}"
+        assert titled >= 1, name  # a nominal axis (configuration names) needs no unit
+        assert any("tooltip" in layer.get("encoding", {}) for layer in _layers(spec)), name
+
+
+def test_sweep_weight_reuse_and_distribution_encodings(built):
+    sweep = built.specs["ceiling_sweep"]
+    assert {e["scale"]["type"] for e in _channel(sweep, "x") if "scale" in e} == {"log"}
+    assert "rect" in [layer["mark"]["type"] for layer in _layers(sweep)]  # plateaus shaded
+    assert "rule" in [layer["mark"]["type"] for layer in _layers(sweep)]  # cache capacities
+    reuse = built.specs["reuse_time_tiny"]
+    assert reuse["facet"]["row"]["field"] == "quantity"
+    (layer,) = _layers(reuse)
+    assert layer["encoding"]["y"]["scale"]["type"] == "log"
+    assert layer["encoding"]["strokeDash"]["field"] == "source"
+    sources = {row["source"] for rows in reuse["datasets"].values() for row in rows}
+    assert sources == {"measured median", "model lower bound"}
+    dist = built.specs["distributions"]
+    fields = {enc["field"] for enc in _channel(dist, "x")} | {
+        layer["encoding"]["x2"]["field"] for layer in _layers(dist) if "x2" in layer["encoding"]
+    }
+    assert fields == {"min_s", "max_s", "p25_s", "p75_s", "median_s"}
+    # quantiles, not samples: one row per configuration and cache state
+    (rows,) = dist["datasets"].values()
+    assert len(rows) == 12
+
+
+def test_page_is_one_offline_file_with_a_summary(built):
+    page = built.index.read_text()
+    assert not re.search(r"<script[^>]+src=", page)
+    assert "http://" not in page.split("<script", 1)[0]  # nothing fetched from the head
+    assert page.count("class='vega-chart'") == len(built.charts)
+    assert "GB/s" in page and "GFLOP/s" in page and "Ridge points against DRAM" in page
+    assert re.search(r"\d+</b> compute-bound, <b>\d+</b> memory-bound", page)
+    assert "vegaEmbed" in page and len(page) > 500_000  # the libraries are inline
+
+
+def test_report_only_reads_the_store(store, tmp_path):
+    before = hashlib.sha256(store.read_bytes()).hexdigest()
+    build_report(store, tmp_path / "again")
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == before
+
+
+def test_empty_store_gives_a_page_saying_so(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    ingest(results / "rooflab.duckdb", results)
+    report = build_report(results / "rooflab.duckdb", tmp_path / "report")
+    assert report.charts == []
+    assert "nothing to report" in report.index.read_text()
+
+
+def test_cli_report_and_a_missing_store(store, tmp_path, capsys):
+    assert main(["report", "--db", str(store), "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "index.html").is_file()
+    assert main(["report", "--db", str(tmp_path / "none.duckdb")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no store at" in err
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--no-first-run", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+        "--virtual-time-budget=20000", "--window-size=1200,6000",
+    ]  # fmt: skip
+    url = built.index.resolve().as_uri()
+    dom = subprocess.run(
+        [CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    console_errors = [
+        line for line in dom.stderr.splitlines()
+        if "CONSOLE" in line and re.search(r"error|uncaught", line, re.I)
+    ]  # fmt: skip
+    assert console_errors == []
+    assert 'data-rendered="true"' in html, "vegaEmbed did not finish"
+    assert re.search(r'<pre id="report-errors">\s*</pre>', html), "the page recorded errors"
+    for name in built.charts:
+        match = re.search(
+            rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"(.*?)</div>", html, re.S
+        )
+        assert match, name
+        inner = html[match.start() :]
+        svg = re.search(r"<svg.*?</svg>", inner, re.S)
+        assert svg and svg.group(0).count("<path") + svg.group(0).count("<text") > 10, name
+    shot = built.out_dir / "screenshot.png"
+    subprocess.run(
+        [CHROMIUM, *flags, f"--screenshot={shot}", url], capture_output=True, timeout=120,
+        check=True,
+    )  # fmt: skip
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
