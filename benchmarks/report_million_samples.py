@@ -1,0 +1,62 @@
+"""The report on a store holding 1,000,000 samples: build time and page size.
+
+    python benchmarks/report_million_samples.py [--samples 1000000]
+
+Writes one GEMM run with `--samples` samples (the same synthetic run as ingest_samples.py: 200
+configurations x 2 cache states), ingests it, then times `build_report` next to a reference
+measured in the same run: DuckDB computing the per-configuration quantiles the distribution chart
+needs, over the same samples. Targets: report under 30 s, index.html under 10 MB. Exit status 1
+if one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest_samples import write_gemm_run
+
+from rooflab.report import build_report
+from rooflab.store import ingest, query
+
+TARGET_S, TARGET_HTML_BYTES = 30.0, 10_000_000
+QUANTILES_SQL = """
+    SELECT config_id, cache_state, min(seconds), quantile_cont(seconds, [0.25, 0.5, 0.75]),
+           max(seconds)
+    FROM samples GROUP BY config_id, cache_state
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        results, db = Path(folder) / "results", Path(folder) / "rooflab.duckdb"
+        write_gemm_run(results, args.samples)
+        ingest(db, results)
+        started = time.perf_counter()
+        query(db, QUANTILES_SQL)
+        reference_s = time.perf_counter() - started
+        started = time.perf_counter()
+        report = build_report(db, Path(folder) / "report")
+        report_s = time.perf_counter() - started
+        html_bytes = report.index.stat().st_size
+    ok = report_s < TARGET_S and html_bytes < TARGET_HTML_BYTES
+    print(f"samples in the store        {args.samples:,}")
+    print(f"build_report                {report_s:7.2f} s   (target < {TARGET_S:.0f} s)")
+    print(
+        f"DuckDB quantiles reference  {reference_s:7.2f} s   report / reference = "
+        f"{report_s / reference_s:.1f}"
+    )
+    print(f"index.html                  {html_bytes / 1e6:7.2f} MB  (target < 10 MB)")
+    print("targets met" if ok else "target MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
