@@ -376,27 +376,26 @@ def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[di
     return alt.layer(*layers).properties(width=WIDTH, height=320)
 
 
-def _m_axis():
+def _m_x(data: pd.DataFrame):
+    """M on a log2 axis with a tick at every measured M."""
     import altair as alt
 
-    return alt.Scale(type="log", base=2, nice=False)
+    return alt.X(
+        "m:Q",
+        scale=alt.Scale(type="log", base=2, nice=False),
+        title="M (rows of X)",
+        axis=alt.Axis(format="~d", values=sorted(int(m) for m in data.m.unique())),
+    )
 
 
 def reuse_time_chart(data: pd.DataFrame, sweep: str):
     import altair as alt
 
-    m_values = sorted(int(m) for m in data.m.unique())
-
     return (
         alt.Chart(data)
         .mark_line(point=True)
         .encode(
-            x=alt.X(
-                "m:Q",
-                scale=_m_axis(),
-                title="M (rows of X)",
-                axis=alt.Axis(format="~d", values=m_values),
-            ),
+            x=_m_x(data),
             y=alt.Y(
                 "seconds:Q",
                 scale=alt.Scale(type="log"),
@@ -432,18 +431,11 @@ def reuse_time_chart(data: pd.DataFrame, sweep: str):
 def reuse_efficiency_chart(data: pd.DataFrame, sweep: str):
     import altair as alt
 
-    m_values = sorted(int(m) for m in data.m.unique())
-
     return (
         alt.Chart(data)
         .mark_line(point=True)
         .encode(
-            x=alt.X(
-                "m:Q",
-                scale=_m_axis(),
-                title="M (rows of X)",
-                axis=alt.Axis(format="~d", values=m_values),
-            ),
+            x=_m_x(data),
             y=alt.Y(
                 "efficiency:Q",
                 title="Efficiency (achieved / attainable, %)",
