@@ -31,5 +31,6 @@ rule report:
         "../environment.yml"
     params:
         db="results/rooflab.duckdb",
+        stages=as_param(config["stages"]),
     script:
         "../workflow_scripts/report.py"

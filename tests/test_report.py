@@ -85,9 +85,21 @@ def store(tmp_path_factory) -> Path:
     return db
 
 
+ARTICLE_STAGES = {
+    "two": {
+        "compute_path": "fp64_fma",
+        "memory_level": "DRAM",
+        "stages": [
+            {"name": "A", "flops": "0.12 GFLOP", "bytes": "200 MB"},
+            {"name": "B", "flops": "12 GFLOP", "bytes": "2 MB", "after": ["A"]},
+        ],
+    }
+}
+
+
 @pytest.fixture(scope="module")
 def built(store, tmp_path_factory):
-    return build_report(store, tmp_path_factory.mktemp("report") / "report")
+    return build_report(store, tmp_path_factory.mktemp("report") / "report", stages=ARTICLE_STAGES)
 
 
 def _layers(spec: dict) -> list[dict]:
@@ -113,6 +125,7 @@ EXPECTED_CHARTS = [
     "reuse_efficiency_tiny",
     "distributions",
     "conditions",
+    "stages_two",
 ]
 
 
@@ -260,3 +273,26 @@ def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
         check=True,
     )  # fmt: skip
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
+    from rooflab.model import Stage, stage_bounds
+    from rooflab.store import query
+
+    spec = built.specs["stages_two"]
+    (bars,) = [layer for layer in _layers(spec) if "x2" in layer["encoding"]]
+    assert bars["encoding"]["x"]["title"] == "Time (μs)"
+    rows = query(
+        store,
+        "SELECT name, max(value) AS value FROM latest_ceilings "
+        "WHERE name IN ('fp64_fma', 'DRAM') GROUP BY name",
+    ).to_pylist()
+    ceilings = {row["name"]: row["value"] for row in rows}
+    expected = stage_bounds(
+        [Stage("A", 0.12e9, 200e6), Stage("B", 12e9, 2e6, ("A",))],
+        ceilings["fp64_fma"],
+        ceilings["DRAM"],
+    )
+    title = spec["title"]
+    assert f"critical path {expected.critical_path_s * 1e6:,.1f} μs" in title["subtitle"]
+    assert f"aggregate {expected.aggregate_s * 1e6:,.1f} μs" in title["subtitle"]

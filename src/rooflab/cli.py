@@ -400,7 +400,8 @@ def cmd_runs(args) -> None:
 def cmd_report(args) -> None:
     from rooflab.report import build_report
 
-    report = build_report(args.db, args.out)
+    stages = load_config(args.config)["stages"] if args.config else None
+    report = build_report(args.db, args.out, stages=stages)
     print(f"rooflab: wrote {report.index} ({len(report.charts)} chart(s), PNG and SVG beside it)")
 
 
@@ -492,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="the HTML report, with a PNG and SVG per chart")
     report.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
     report.add_argument("--out", default="results/report", help="folder (default results/report)")
+    report.add_argument("--config", help="campaign config whose `stages` scenarios to chart")
     report.set_defaults(handler=cmd_report)
     return parser
 

@@ -559,10 +559,92 @@ def change_chart(change: pd.DataFrame):
     return alt.layer(band, dots).properties(width=WIDTH - 200, height=max(60, 16 * len(change)))
 
 
+def stage_bounds_frame(scenario: dict, ceilings: pd.DataFrame) -> pd.DataFrame | None:
+    """One row per stage on the critical-path schedule, from the measured ceilings; None when the
+    machine lacks the scenario's compute path or memory level."""
+    import pandas as pd
+
+    from rooflab.config import stages_from_config
+    from rooflab.model import stage_bounds
+
+    values = {(r.kind, r.name): r.value for r in ceilings.itertuples()}
+    peak = values.get(("compute", scenario["compute_path"]))
+    bandwidth = values.get(("bandwidth", scenario["memory_level"]))
+    if peak is None or bandwidth is None:
+        return None
+    result = stage_bounds(stages_from_config(scenario["stages"], "stages"), peak, bandwidth)
+    return pd.DataFrame(
+        [
+            {
+                "stage": s.name,
+                "start_us": s.start_s * 1e6,
+                "finish_us": s.finish_s * 1e6,
+                "bound_us": s.bound.bound_s * 1e6,
+                "limiter": s.bound.limiter,
+                "on_critical_path": s.on_critical_path,
+                "critical_path_us": result.critical_path_s * 1e6,
+                "aggregate_us": result.aggregate_s * 1e6,
+                "ceilings": f"{scenario['compute_path']} {_si(peak, 'FLOP/s')}, "
+                f"{scenario['memory_level']} {_si(bandwidth, 'B/s')}",
+            }
+            for s in result.stages
+        ]
+    )
+
+
+def stage_bounds_chart(frame: pd.DataFrame, name: str):
+    import altair as alt
+    import pandas as pd
+
+    order = list(frame.stage)
+    bars = (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("start_us:Q", title="Time (μs)"),
+            x2="finish_us:Q",
+            y=alt.Y("stage:N", sort=order, title="Stage"),
+            color=alt.Color(
+                "limiter:N",
+                title="limiter",
+                scale=alt.Scale(domain=["compute", "memory"], range=["#4c78a8", "#f58518"]),
+            ),
+            tooltip=[
+                alt.Tooltip("stage:N"),
+                alt.Tooltip("bound_us:Q", title="own bound (μs)", format=".4~g"),
+                alt.Tooltip("limiter:N"),
+                alt.Tooltip("start_us:Q", title="start (μs)", format=".4~g"),
+                alt.Tooltip("ceilings:N", title="measured ceilings"),
+            ],
+        )
+    )
+    first = frame.iloc[0]
+    bounds = pd.DataFrame(
+        [
+            {"bound": "critical path", "us": first.critical_path_us},
+            {"bound": "aggregate", "us": first.aggregate_us},
+        ]
+    )
+    rules = (
+        alt.Chart(bounds)
+        .mark_rule(strokeDash=[6, 3], color="black")
+        .encode(x="us:Q", tooltip=[alt.Tooltip("bound:N"), alt.Tooltip("us:Q", format=",.1f")])
+    )
+    subtitle = (
+        f"critical path {first.critical_path_us:,.1f} μs, aggregate {first.aggregate_us:,.1f} μs "
+        "(dashed lines); the lower bound is the larger of the two"
+    )
+    return alt.layer(bars, rules).properties(
+        width=WIDTH,
+        height=40 + 28 * len(frame),
+        title=alt.Title(f"{name} (measured ceilings: {first.ceilings})", subtitle=subtitle),
+    )
+
+
 # -- assembling -----------------------------------------------------------------------------------
 
 
-def _charts(connection, scope) -> tuple[list[Chart], dict]:
+def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart], dict]:
     import pandas as pd
 
     machine, backend = scope["machine_id"], scope["backend"]
@@ -778,6 +860,19 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 change_chart(change),
             )
         )
+    for name, scenario in (stages or {}).items():
+        frame = stage_bounds_frame(scenario, ceilings)
+        if frame is not None:
+            charts.append(
+                Chart(
+                    f"stages_{name}",
+                    f"Stage bounds: {name}",
+                    "Each bar is a stage at its own bound max(F/C, Q/B) on this machine's measured "
+                    "ceilings, started when the stages it depends on finish; the dashed lines are "
+                    "the critical-path bound and the looser aggregate bound max(ΣF/C, ΣQ/B).",
+                    stage_bounds_chart(frame, name),
+                )
+            )
     return charts, facts
 
 
@@ -940,8 +1035,10 @@ EMPTY_HTML = (
 )
 
 
-def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
-    """Write out_dir/index.html and a PNG and an SVG per chart; read-only on the store."""
+def build_report(db_path: str | Path, out_dir: str | Path, stages: dict | None = None) -> Report:
+    """Write out_dir/index.html and a PNG and an SVG per chart; read-only on the store.
+
+    `stages`: the config's validated `stages` section; each scenario gets a stage-bounds chart."""
     import vl_convert as vlc
 
     out_dir = Path(out_dir)
@@ -951,7 +1048,7 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
         if scope is None:
             charts, summary = [], EMPTY_HTML
         else:
-            charts, facts = _charts(connection, scope)
+            charts, facts = _charts(connection, scope, stages)
             summary = _summary_html(connection, scope, facts)
     finally:
         connection.close()
