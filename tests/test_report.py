@@ -296,3 +296,33 @@ def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
     title = spec["title"]
     assert f"critical path {expected.critical_path_s * 1e6:,.1f} μs" in title["subtitle"]
     assert f"aggregate {expected.aggregate_s * 1e6:,.1f} μs" in title["subtitle"]
+
+
+def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
+    import pandas as pd
+
+    from rooflab.devices import matching_preset
+    from rooflab.report import roofline_chart
+
+    assert matching_preset("AMD EPYC") is None
+    preset = matching_preset("NVIDIA H200")
+    assert preset is not None and preset.key == "h200-sxm"
+    ceilings = pd.DataFrame(
+        [
+            {"kind": "compute", "name": "bf16_tensor", "kernel": "matmul", "value": 700e12},
+            {"kind": "bandwidth", "name": "HBM", "kernel": "triad", "value": 4.0e12},
+        ]
+    )
+    points = pd.DataFrame([{"dtype": "bf16", "intensity": 100.0, "achieved_flops_per_s": 300e12}])
+    spec = roofline_chart(ceilings, points, preset).to_dict()
+    datasets = [row for rows in spec["datasets"].values() for row in rows]
+    datasheet = {row["ceiling"] for row in datasets if "datasheet" in str(row.get("ceiling"))}
+    assert datasheet == {
+        "bf16 989.4 TFLOP/s (datasheet NVIDIA H200 SXM 141GB)",
+        "HBM 4.8 TB/s (datasheet)",
+    }
+    assert all(
+        row["library"]
+        for row in datasets
+        if "datasheet" in str(row.get("ceiling")) and "library" in row
+    )

@@ -12,7 +12,13 @@ from pathlib import Path
 from rooflab.config import ConfigError, config_file, load_yaml
 from rooflab.units import UnitError, parse_byte_rate, parse_flop_rate
 
-__all__ = ["DevicePreset", "device_preset", "load_device_presets", "path_for_dtype"]
+__all__ = [
+    "DevicePreset",
+    "device_preset",
+    "load_device_presets",
+    "matching_preset",
+    "path_for_dtype",
+]
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,16 @@ def device_preset(key: str, path: str | Path | None = None) -> DevicePreset:
     if key not in presets:
         raise ConfigError(f"unknown device {key!r}; presets: {', '.join(presets)}")
     return presets[key]
+
+
+def matching_preset(device_name: str | None, path: str | Path | None = None) -> DevicePreset | None:
+    """The preset whose `match` substrings occur in the device name the driver reports, if any."""
+    if not device_name:
+        return None
+    for preset in load_device_presets(path).values():
+        if any(fragment in device_name for fragment in preset.match):
+            return preset
+    return None
 
 
 def path_for_dtype(dtype: str) -> str:

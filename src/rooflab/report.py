@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rooflab.devices import DevicePreset, matching_preset, path_for_dtype
 from rooflab.store import StoreError, connect_read_only
 
 if TYPE_CHECKING:
@@ -184,7 +185,11 @@ def _bytes_label(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def roofline_chart(ceilings: pd.DataFrame, points: pd.DataFrame) -> alt.LayerChart:
+def roofline_chart(
+    ceilings: pd.DataFrame, points: pd.DataFrame, datasheet: DevicePreset | None = None
+) -> alt.LayerChart:
+    """Measured roofs solid (library paths dashed); `datasheet` roofs dashed and labelled so, for
+    the dtypes of the points and every level the preset names."""
     import altair as alt
     import pandas as pd
 
@@ -207,7 +212,7 @@ def roofline_chart(ceilings: pd.DataFrame, points: pd.DataFrame) -> alt.LayerCha
     for level, bw in zip(levels, bws, strict=True):
         kernel = bandwidth.loc[level, "kernel"]
         end = top / bw if top else hi
-        text = f"{level} {bw / 1e9:.4g} GB/s ({kernel})"
+        text = f"{level} {_si(bw, 'B/s')} ({kernel})"
         for x in (lo, min(end, hi)):
             lines.append(
                 {"ceiling": text, "kind": "bandwidth", "library": False, "x": x, "y": bw * x}
@@ -216,7 +221,7 @@ def roofline_chart(ceilings: pd.DataFrame, points: pd.DataFrame) -> alt.LayerCha
     for path, peak in zip(paths, peaks, strict=True):
         library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
         start = peak / max(bws) if bws else lo
-        text = f"{path} {peak / 1e9:.4g} GFLOP/s" + (" (library)" if library else "")
+        text = f"{path} {_si(peak, 'FLOP/s')}" + (" (library)" if library else "")
         for x in (max(start, lo), hi):
             lines.append(
                 {"ceiling": text, "kind": "compute", "library": library, "x": x, "y": peak}
@@ -232,6 +237,26 @@ def roofline_chart(ceilings: pd.DataFrame, points: pd.DataFrame) -> alt.LayerCha
                 "dy": -7,
             }
         )
+    if datasheet is not None:
+        dtypes = {path_for_dtype(d) for d in points.get("dtype", [])}
+        drawn = {p: v for p, v in datasheet.peak_flops_per_s.items() if p in dtypes}
+        for path, peak in drawn.items():
+            if path in dtypes:
+                text = f"{path} {_si(peak, 'FLOP/s')} (datasheet {datasheet.name})"
+                lines += [
+                    {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
+                    for x in (lo, hi)
+                ]
+                labels.append(
+                    {"ceiling": text, "x": lo * 1.1, "y": peak, "align": "left", "dy": -7}
+                )
+        for level, bw in datasheet.bandwidth_b_per_s.items():
+            text = f"{level} {_si(bw, 'B/s')} (datasheet)"
+            end = min(hi, max(drawn.values()) / bw) if drawn else hi
+            lines += [
+                {"ceiling": text, "kind": "bandwidth", "library": True, "x": x, "y": bw * x}
+                for x in (lo, end)
+            ]
     lines_df = pd.DataFrame(lines, columns=["ceiling", "kind", "library", "x", "y"])
     labels_df = pd.DataFrame(labels, columns=["ceiling", "x", "y", "align", "dy"])
 
@@ -668,7 +693,7 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                 "roofline",
                 "Roofline",
                 ROOFLINE_HOW,
-                roofline_chart(ceilings, points),
+                roofline_chart(ceilings, points, matching_preset(scope.get("device_name"))),
                 notes,
             )
         )
