@@ -161,7 +161,12 @@ def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
         "limiter",
         "level",
         "run_id",
+        "iqr_ratio",
+        "clock_min_mhz",
+        "clock_max_mhz",
     } <= tooltip_fields
+    rows = [row for rows in spec["datasets"].values() for row in rows if "clock_min_mhz" in row]
+    assert rows and all(row["clock_min_mhz"] > 100 for row in rows)  # measured, per point
     # every ceiling is labelled with its value and unit; library ceilings are dashed
     datasets = spec["datasets"].values()
     labels = {row["ceiling"] for rows in datasets for row in rows if "align" in row}

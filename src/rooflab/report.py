@@ -137,9 +137,16 @@ def _points(connection, scope) -> pd.DataFrame:
         SELECT l.config_id, l.cache_state, l.sweep, l.m, l.n, l.k, l.dtype, l.layout, l.level,
                l.intensity, l.median_s, l.achieved_flops_per_s, l.attainable_flops_per_s,
                l.efficiency, l.limiter, l.bound_s, l.run_id, l.compute_path,
-               coalesce(g.noisy, false) AS noisy
+               coalesce(g.noisy, false) AS noisy,
+               (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
+               c.clock_min_mhz, c.clock_max_mhz
         FROM latest AS l
         LEFT JOIN gemm_points AS g USING (run_id, config_id, cache_state)
+        LEFT JOIN (
+            SELECT run_id, config_id, cache_state, min(clock_mhz) AS clock_min_mhz,
+                   max(clock_mhz) AS clock_max_mhz
+            FROM samples GROUP BY run_id, config_id, cache_state
+        ) AS c USING (run_id, config_id, cache_state)
         ORDER BY l.sweep, l.dtype, l.layout, l.n, l.k, l.m, l.cache_state
         """,
         [scope["machine_id"], scope["backend"]],
@@ -309,6 +316,13 @@ def roofline_chart(
                 alt.Tooltip("n:Q", title="N"),
                 alt.Tooltip("k:Q", title="K"),
                 alt.Tooltip("median_s:Q", title="median time (s)", format=".3~s"),
+                alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".1%"),
+                alt.Tooltip(
+                    "clock_min_mhz:Q", title="clock min during samples (MHz)", format=".0f"
+                ),
+                alt.Tooltip(
+                    "clock_max_mhz:Q", title="clock max during samples (MHz)", format=".0f"
+                ),
                 alt.Tooltip("achieved_flops_per_s:Q", title="achieved (FLOP/s)", format=".3~s"),
                 alt.Tooltip("attainable_flops_per_s:Q", title="attainable (FLOP/s)", format=".3~s"),
                 alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
