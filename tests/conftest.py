@@ -1,4 +1,5 @@
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,17 @@ def installed_script(name: str) -> str:
     if found is None:
         pytest.fail(f"{name} is not installed in this environment")
     return found
+
+
+def run_rooflab(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The installed `rooflab` console script, as users and scripts call it (output captured)."""
+    return subprocess.run(
+        [installed_script("rooflab"), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,13 +1,12 @@
 import itertools
 import json
-import subprocess
 
 import pytest
 
 from rooflab.config import ConfigError, validate_config
 from rooflab.experiments.ceilings import plateaus, settings_from_config, working_set_sizes
 from rooflab.records import read_run
-from tests.conftest import installed_script
+from tests.conftest import run_rooflab
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -45,22 +44,8 @@ def test_settings_from_config_parses_sizes_with_units():
 @pytest.fixture(scope="module")
 def quick_ceilings(tmp_path_factory):
     out = tmp_path_factory.mktemp("ceilings")
-    result = subprocess.run(
-        [
-            installed_script("rooflab"),
-            "measure",
-            "ceilings",
-            "--backend",
-            "cpu",
-            "--quick",
-            "--out",
-            str(out),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    result = run_rooflab(
+        "measure", "ceilings", "--backend", "cpu", "--quick", "--out", str(out), "--format", "json"
     )
     assert result.returncode == 0, result.stderr
     (run_dir,) = out.iterdir()

@@ -6,19 +6,12 @@ from pathlib import Path
 import pytest
 
 from rooflab.cli import main
-from tests.conftest import installed_script
+from tests.conftest import run_rooflab as rooflab
 
 REPO = Path(__file__).resolve().parents[1]
 
 ARTICLE = ["--n", "4096", "--k", "4096", "--dtype", "bf16"]
 HYPOTHETICAL = ["--peak", "120 TFLOP/s", "--bandwidth", "2 TB/s"]
-
-
-def rooflab(*args: str) -> subprocess.CompletedProcess:
-    """The installed console script, as users and later checks call it."""
-    return subprocess.run(
-        [installed_script("rooflab"), *args], capture_output=True, text=True, check=False
-    )
 
 
 def test_model_gemm_json_reproduces_the_article_table():

@@ -15,7 +15,7 @@ from rooflab.experiments.gemm import GemmTooLarge, run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings, measure
 from rooflab.model import gemm_ledger
 from rooflab.records import read_run
-from tests.conftest import installed_script
+from tests.conftest import installed_script, run_rooflab
 
 FAST = TimingSettings(
     warmup_s=0.01, warmup_min_calls=2, min_time_s=0.02, min_samples=3, max_samples=50
@@ -159,23 +159,17 @@ def _config_file(tmp_path, **timing):
 
 def test_cli_measure_gemm_writes_one_run(tmp_path):
     out = tmp_path / "out"
-    result = subprocess.run(
-        [
-            installed_script("rooflab"),
-            "measure",
-            "gemm",
-            "--config",
-            str(_config_file(tmp_path)),
-            "--sweep",
-            "tiny",
-            "--out",
-            str(out),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    result = run_rooflab(
+        "measure",
+        "gemm",
+        "--config",
+        str(_config_file(tmp_path)),
+        "--sweep",
+        "tiny",
+        "--out",
+        str(out),
+        "--format",
+        "json",
     )
     assert result.returncode == 0, result.stderr
     (run_dir,) = out.iterdir()
@@ -188,21 +182,15 @@ def test_cli_measure_gemm_writes_one_run(tmp_path):
 @pytest.mark.parametrize(("sweep", "says"), [("nope", "no sweep 'nope'"), ("huge", "needs")])
 def test_cli_refusals_write_nothing(tmp_path, sweep, says):
     out = tmp_path / "out"
-    result = subprocess.run(
-        [
-            installed_script("rooflab"),
-            "measure",
-            "gemm",
-            "--config",
-            str(_config_file(tmp_path)),
-            "--sweep",
-            sweep,
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    result = run_rooflab(
+        "measure",
+        "gemm",
+        "--config",
+        str(_config_file(tmp_path)),
+        "--sweep",
+        sweep,
+        "--out",
+        str(out),
     )
     assert result.returncode == 2
     assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -2,12 +2,11 @@
 
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import installed_script
+from tests.conftest import run_rooflab
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = re.compile(r"```console\n\$ (rooflab .*?)\n(.*?)```", re.DOTALL)
@@ -21,8 +20,6 @@ def test_readme_has_examples():
 @pytest.mark.parametrize(("command", "shown"), EXAMPLES, ids=[c for c, _ in EXAMPLES])
 def test_readme_example_output_is_real(command, shown):
     args = shlex.split(command)[1:]
-    result = subprocess.run(
-        [installed_script("rooflab"), *args], cwd=REPO, capture_output=True, text=True, check=False
-    )
+    result = run_rooflab(*args, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout == shown

@@ -20,8 +20,7 @@ from rooflab.cli import main
 from rooflab.report import build_report
 from rooflab.roofline import latest_ceilings_by_machine, roofline_points, write_points
 from rooflab.store import ingest
-
-from .conftest import installed_script
+from tests.conftest import run_rooflab
 
 CHROMIUM = shutil.which("chromium") or (
     "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
@@ -47,7 +46,8 @@ sweeps:
 
 
 def _rooflab(*args: str, cwd: Path) -> None:
-    subprocess.run([installed_script("rooflab"), *args], cwd=cwd, check=True, capture_output=True)
+    result = run_rooflab(*args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture(scope="module")

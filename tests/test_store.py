@@ -28,7 +28,7 @@ from rooflab.store import (
     query,
     rebuild,
 )
-from tests.conftest import installed_script
+from tests.conftest import run_rooflab
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -673,12 +673,6 @@ def test_cli_runs_lists_the_summary_oldest_first(results, db, capsys):
 
 def test_installed_console_script_runs_a_query(results, db):
     ingest(db, results)
-    result = subprocess.run(
-        [installed_script("rooflab"), "query", "SELECT 1 AS one", "--db", str(db)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    result = run_rooflab("query", "SELECT 1 AS one", "--db", str(db), cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["one", "1"]

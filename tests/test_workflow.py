@@ -11,7 +11,7 @@ import duckdb
 import pytest
 import yaml
 
-from tests.conftest import REPO, copy_workflow, installed_script
+from tests.conftest import REPO, copy_workflow, installed_script, run_rooflab
 
 TINY = {
     "backend": "cpu",
@@ -128,19 +128,13 @@ def test_killed_measuring_job_leaves_no_rows(tmp_path):
     process.wait()
     kept = [d for d in (workdir / "results" / "sweeps" / "a" / "runs").iterdir()]
     assert [d for d in kept if (d / "gemm_points.parquet").exists()] == []  # timing wrote nothing
-    result = subprocess.run(
-        [
-            installed_script("rooflab"),
-            "store",
-            "ingest",
-            "--db",
-            str(workdir / "results" / "rooflab.duckdb"),
-            "--results",
-            str(workdir / "results"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    result = run_rooflab(
+        "store",
+        "ingest",
+        "--db",
+        str(workdir / "results" / "rooflab.duckdb"),
+        "--results",
+        str(workdir / "results"),
     )
     assert result.returncode == 0, result.stderr
     assert sql(workdir, "SELECT kind FROM runs") == [("correctness",)]
