@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from rooflab.cli import main
+from rooflab.records import new_run_id, read_run, write_run
 from rooflab.report import build_report
 from rooflab.roofline import latest_ceilings_by_machine, roofline_points, write_points
-from rooflab.store import ingest
+from rooflab.store import ingest, query
 from tests.conftest import run_rooflab
 
 CHROMIUM = shutil.which("chromium") or (
@@ -195,9 +196,10 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
     assert "rule" in [layer["mark"]["type"] for layer in _layers(sweep)]  # cache capacities
     reuse = built.specs["reuse_time_tiny"]
     assert reuse["facet"]["row"]["field"] == "quantity"
-    (layer,) = _layers(reuse)
-    assert layer["encoding"]["y"]["scale"]["type"] == "log"
-    assert layer["encoding"]["strokeDash"]["field"] == "source"
+    line, points = _layers(reuse)
+    assert line["mark"]["type"] == "line" and points["mark"]["type"] == "point"
+    assert line["encoding"]["y"]["scale"]["type"] == "log"
+    assert line["encoding"]["strokeDash"]["field"] == "source"
     sources = {row["source"] for rows in reuse["datasets"].values() for row in rows}
     assert sources == {"measured median", "model lower bound"}
     dist = built.specs["distributions"]
@@ -243,15 +245,15 @@ def test_cli_report_and_a_missing_store(store, tmp_path, capsys):
     assert err.count("\n") == 1 and "no store at" in err
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
-def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
+def _render_in_browser(report, tmp_path) -> None:
+    """Load the page in headless chromium (no network); every chart must render, no errors."""
     flags = [
         "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--no-first-run", "--disable-component-update", "--disable-sync",
         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
         "--virtual-time-budget=20000", "--window-size=1200,6000",
     ]  # fmt: skip
-    url = built.index.resolve().as_uri()
+    url = report.index.resolve().as_uri()
     dom = subprocess.run(
         [CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120
     )
@@ -264,7 +266,7 @@ def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
     assert console_errors == []
     assert 'data-rendered="true"' in html, "vegaEmbed did not finish"
     assert re.search(r'<pre id="report-errors">\s*</pre>', html), "the page recorded errors"
-    for name in built.charts:
+    for name in report.charts:
         match = re.search(
             rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"(.*?)</div>", html, re.S
         )
@@ -272,12 +274,20 @@ def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
         inner = html[match.start() :]
         svg = re.search(r"<svg.*?</svg>", inner, re.S)
         assert svg and svg.group(0).count("<path") + svg.group(0).count("<text") > 10, name
-    shot = built.out_dir / "screenshot.png"
+    shot = report.out_dir / "screenshot.png"
     subprocess.run(
         [CHROMIUM, *flags, f"--screenshot={shot}", url], capture_output=True, timeout=120,
         check=True,
     )  # fmt: skip
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+NO_CHROMIUM = "chromium is not installed (apt-get install chromium)"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
+    _render_in_browser(built, tmp_path)
 
 
 def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
@@ -331,3 +341,176 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
         for row in datasets
         if "datasheet" in str(row.get("ceiling")) and "library" in row
     )
+
+
+# -- a store with hundreds of runs and a second machine ------------------------------------------
+#
+# Built from the real runs of `store`: each copy is the same measurement under a new run id and a
+# later start time, so the store holds a history as long as a months-long campaign would. The
+# newest copy is made 2x slower for one configuration and 2x faster for another (change chart),
+# and its check of a third configuration is marked failed (that configuration must vanish from the
+# Roofline and be listed under it). A second "node" is the same runs under another host and
+# machine id with its ceilings halved, so any mixing of the two machines shows in the numbers.
+
+HISTORY_RUNS = 200
+NODE_B = {"host": "node-b", "machine_id": "b" * 16}
+
+
+def _copy_run(run_dir: Path, out_dir: Path, started_at, *, runs=None, edit=None) -> str:
+    tables = {name: table.to_pylist() for name, table in read_run(run_dir).items()}
+    run_id = new_run_id(started_at)
+    for rows in tables.values():
+        for row in rows:
+            row["run_id"] = run_id
+    (run,) = tables["runs"]
+    shift = started_at - run["started_at"]
+    for row in tables.get("conditions", []):
+        row["t"] += shift
+    run.update(started_at=started_at, ended_at=run["ended_at"] + shift, **(runs or {}))
+    if edit:
+        edit(tables)
+    write_run(out_dir, run_id, tables)
+    return run_id
+
+
+def _scale_config(tables, config_id: str, factor: float) -> None:
+    for row in tables.get("gemm_points", []) + tables.get("samples", []):
+        if row["config_id"] == config_id:
+            for key in ("median_s", "p25_s", "p75_s", "seconds"):
+                if row.get(key) is not None:
+                    row[key] *= factor
+
+
+@pytest.fixture(scope="module")
+def history(store, tmp_path_factory):
+    import datetime as dt
+
+    source = store.parent
+    (ceilings_run,) = sorted((source / "ceilings" / "runs").iterdir())
+    (gemm_run,) = sorted((source / "sweeps" / "tiny" / "runs").iterdir())
+    configs = sorted({row["config_id"] for row in read_run(gemm_run)["gemm_points"].to_pylist()})
+    slower, faster, failing = configs[0], configs[-1], configs[len(configs) // 2]
+    results = tmp_path_factory.mktemp("history") / "results"
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    _copy_run(ceilings_run, results / "ceilings" / "runs", start)
+    for i in range(HISTORY_RUNS):
+        edit = None
+        if i == HISTORY_RUNS - 1:
+
+            def edit(tables):
+                _scale_config(tables, slower, 2.0)
+                _scale_config(tables, faster, 0.5)
+                for row in tables["correctness"]:
+                    if row["config_id"] == failing:
+                        row["passed"] = False
+
+        _copy_run(
+            gemm_run,
+            results / "sweeps" / "tiny" / "runs",
+            start + dt.timedelta(hours=i + 1),
+            edit=edit,
+        )
+
+    def halve_ceilings(tables):
+        for row in tables["ceilings"]:
+            row["value"] /= 2
+
+    node_b = start + dt.timedelta(days=30)
+    _copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=halve_ceilings)
+    _copy_run(gemm_run, results / "sweeps" / "tiny" / "runs", node_b, runs=NODE_B)
+
+    ceilings = latest_ceilings_by_machine(sorted((results / "ceilings" / "runs").iterdir()))
+    gemm_runs = sorted((results / "sweeps" / "tiny" / "runs").iterdir())
+    write_points(
+        roofline_points(gemm_runs, ceilings), results / "roofline" / "roofline_points.parquet"
+    )
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    report = build_report(db, results.parent / "report")
+    return {
+        "db": db,
+        "report": report,
+        "slower": slower,
+        "faster": faster,
+        "failing": failing,
+    }
+
+
+def _machine_charts(report, host: str) -> list[str]:
+    return [name for name in report.charts if name.startswith(f"{host}_")]
+
+
+def test_two_machines_get_their_own_sections_and_are_never_mixed(history, store):
+    report = history["report"]
+    own_host = query(store, "SELECT DISTINCT host FROM runs").column("host")[0].as_py()
+    a, b = _machine_charts(report, own_host), _machine_charts(report, "node-b")
+    assert a and b and len(a) + len(b) == len(report.charts)
+    assert [name.split("__", 1)[1] for name in b] == [
+        name.split("__", 1)[1] for name in a if not name.endswith("__change")
+    ]
+    page = report.index.read_text()
+    assert "holds 2 machine/backend pairs" in page and "node-b (cpu," in page
+
+    def roofline(names):
+        (name,) = [n for n in names if n.endswith("__roofline")]
+        rows = [row for rows in report.specs[name]["datasets"].values() for row in rows]
+        dram = {
+            row["y"] / row["x"]
+            for row in rows
+            if row.get("kind") == "bandwidth" and row["ceiling"].startswith("DRAM")
+        }
+        points = {row["run_id"] for row in rows if "achieved_flops_per_s" in row}
+        return dram, points
+
+    (dram_a,), points_a = roofline(a)
+    (dram_b,), points_b = roofline(b)
+    stored = query(
+        history["db"],
+        "SELECT host, max(value) AS v FROM latest_ceilings WHERE name = 'DRAM' GROUP BY host",
+    ).to_pylist()
+    stored = {row["host"]: row["v"] for row in stored}
+    assert dram_a == pytest.approx(stored[own_host]) and dram_b == pytest.approx(stored["node-b"])
+    assert dram_b == pytest.approx(dram_a / 2)  # node b's ceilings were halved
+    assert points_a and points_b and points_a.isdisjoint(points_b)
+    summary = query(
+        history["db"],
+        "SELECT host, count(*) AS runs FROM run_summary GROUP BY host ORDER BY host",
+    ).to_pylist()
+    assert {row["host"]: row["runs"] for row in summary} == {
+        own_host: HISTORY_RUNS + 1,
+        "node-b": 2,
+    }
+
+
+def test_change_chart_marks_moves_beyond_the_noise_band(history, store):
+    report = history["report"]
+    own_host = query(store, "SELECT DISTINCT host FROM runs").column("host")[0].as_py()
+    (name,) = [n for n in _machine_charts(report, own_host) if n.endswith("__change")]
+    rows = [row for rows in report.specs[name]["datasets"].values() for row in rows]
+    verdict = {}
+    for row in rows:
+        config_id, _cache_state = row["label"].split(" · ")
+        verdict.setdefault(config_id, set()).add(row["verdict"])
+        assert abs(row["noise_hi"]) == pytest.approx(abs(row["noise_lo"]))
+    assert verdict.pop(history["slower"]) == {"slower"}
+    assert verdict.pop(history["faster"]) == {"faster"}
+    # every other configuration is the same measurement twice: no change at all
+    assert set().union(*verdict.values()) == {"within noise"}
+
+
+def test_failed_configuration_is_listed_under_the_roofline_and_not_drawn(history, store):
+    report = history["report"]
+    own_host = query(store, "SELECT DISTINCT host FROM runs").column("host")[0].as_py()
+    (name,) = [n for n in _machine_charts(report, own_host) if n.endswith("__roofline")]
+    rows = [row for rows in report.specs[name]["datasets"].values() for row in rows]
+    drawn = {row["config_id"] for row in rows if "config_id" in row}
+    assert history["failing"] not in drawn and history["slower"] in drawn
+    page = report.index.read_text()
+    section = page.split(f"id='chart-{name}'", 1)[1].split("</section>", 1)[0]
+    assert "Failed correctness, not drawn" in section and history["failing"] in section
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(history, tmp_path):
+    assert history["report"].index.stat().st_size < 10_000_000
+    _render_in_browser(history["report"], tmp_path)

@@ -6,8 +6,9 @@ newest run's), per sweep point, per condition reading, or per quantile; raw samp
 the page. The page inlines Vega, Vega-Lite and vega-embed (vl-convert's bundle), so it opens
 without a network.
 
-The report shows one machine and backend: those of the newest ceilings run (or, without one, of
-the newest run); the summary says how many other machines the store holds.
+Every machine and backend in the store gets its own section (summary and charts): ceilings are
+never drawn against another machine's points. With more than one machine, chart names (and file
+names) start with a slug of host, backend and machine id.
 
 altair and vl_convert are imported inside the functions: the CLI imports this module lazily too.
 """
@@ -65,41 +66,43 @@ def _df(connection: duckdb.DuckDBPyConnection, sql: str, params=None) -> pd.Data
         raise StoreError(f"report query failed: {' '.join(str(error).split())[:300]}") from None
 
 
-def _scope(connection) -> dict | None:
-    """machine_id, backend, host, device_name and the ceilings run of the machine to show."""
-    rows = _df(
+def _scopes(connection) -> list[dict]:
+    """One scope per machine and backend in the store: machine_id, backend, host, device_name,
+    the newest ceilings run and its machine description. Machines with ceilings come first,
+    newest ceilings run first; then the rest, newest run first."""
+    pairs = _df(
         connection,
         """
-        SELECT run_id, machine_id, backend, host, device_name, machine, kind
+        SELECT machine_id, backend,
+               arg_max(host, started_at) AS host,
+               arg_max(device_name, started_at) AS device_name,
+               arg_max(run_id, started_at) FILTER (WHERE kind = 'ceilings') AS ceilings_run_id,
+               arg_max(machine, started_at) FILTER (WHERE kind = 'ceilings') AS machine,
+               max(started_at) FILTER (WHERE kind = 'ceilings') AS last_ceilings,
+               max(started_at) AS last_run
         FROM runs
-        ORDER BY (kind = 'ceilings') DESC, started_at DESC, run_id DESC
-        LIMIT 1
+        GROUP BY machine_id, backend
+        ORDER BY last_ceilings DESC NULLS LAST, last_run DESC, machine_id, backend
         """,
     )
-    if rows.empty:
-        return None
-    scope = rows.iloc[0].to_dict()
-    ceilings_run = _df(
-        connection,
-        """
-        SELECT run_id, machine FROM runs
-        WHERE kind = 'ceilings' AND machine_id = ? AND backend = ?
-        ORDER BY started_at DESC, run_id DESC LIMIT 1
-        """,
-        [scope["machine_id"], scope["backend"]],
-    )
-    scope["ceilings_run_id"] = None if ceilings_run.empty else ceilings_run.iloc[0]["run_id"]
-    if not ceilings_run.empty:
-        scope["machine"] = ceilings_run.iloc[0]["machine"]
-    scope["other_machines"] = int(
-        _df(
-            connection,
-            "SELECT count(DISTINCT (machine_id, backend)) AS n FROM runs "
-            "WHERE NOT (machine_id = ? AND backend = ?)",
-            [scope["machine_id"], scope["backend"]],
-        ).iloc[0]["n"]
-    )
-    return scope
+    scopes = [
+        {key: (None if _missing(value) else value) for key, value in row.items()}
+        for row in pairs.to_dict("records")
+    ]
+    if len(scopes) > 1:
+        for scope in scopes:
+            scope["prefix"] = _slug(
+                f"{scope['host']}_{scope['backend']}_{str(scope['machine_id'])[:8]}"
+            )
+    return scopes
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text) + "__"
 
 
 def _ceilings(connection, scope) -> pd.DataFrame:
@@ -118,15 +121,36 @@ def _ceilings(connection, scope) -> pd.DataFrame:
     )
 
 
-# The newest run's point per configuration and cache state on the machine.
-_LATEST_POINTS = """
+# Configurations of the machine whose newest correctness check failed (one row per metric).
+_NEWEST_FAILED = """
+    WITH newest AS (
+        SELECT c.run_id, c.config_id
+        FROM correctness AS c JOIN runs AS r USING (run_id)
+        WHERE r.machine_id = $machine AND r.backend = $backend
+        QUALIFY row_number() OVER (
+            PARTITION BY c.config_id ORDER BY r.started_at DESC, c.run_id DESC
+        ) = 1
+    )
+    SELECT c.config_id, c.metric, c.error, c.tolerance, c.run_id
+    FROM correctness AS c JOIN newest USING (run_id, config_id)
+    WHERE NOT c.passed
+"""
+
+# The newest run's point per configuration and cache state on the machine; a configuration whose
+# newest check failed is not drawn, even if an older run timed it.
+_LATEST_POINTS = f"""
     SELECT p.*, r.started_at
     FROM roofline_points AS p JOIN runs AS r USING (run_id)
-    WHERE p.machine_id = ? AND r.backend = ?
+    WHERE p.machine_id = $machine AND r.backend = $backend
+      AND p.config_id NOT IN (SELECT config_id FROM ({_NEWEST_FAILED}))
     QUALIFY row_number() OVER (
         PARTITION BY p.config_id, p.cache_state ORDER BY r.started_at DESC, p.run_id DESC
     ) = 1
 """
+
+
+def _machine(scope) -> dict:
+    return {"machine": scope["machine_id"], "backend": scope["backend"]}
 
 
 def _points(connection, scope) -> pd.DataFrame:
@@ -149,30 +173,12 @@ def _points(connection, scope) -> pd.DataFrame:
         ) AS c USING (run_id, config_id, cache_state)
         ORDER BY l.sweep, l.dtype, l.layout, l.n, l.k, l.m, l.cache_state
         """,
-        [scope["machine_id"], scope["backend"]],
+        _machine(scope),
     )
 
 
 def _failed(connection, scope) -> pd.DataFrame:
-    """Configurations whose newest correctness check on the machine failed, one row per metric."""
-    return _df(
-        connection,
-        """
-        WITH latest AS (
-            SELECT c.run_id, c.config_id
-            FROM correctness AS c JOIN runs AS r USING (run_id)
-            WHERE r.machine_id = ? AND r.backend = ?
-            QUALIFY row_number() OVER (
-                PARTITION BY c.config_id ORDER BY r.started_at DESC, c.run_id DESC
-            ) = 1
-        )
-        SELECT c.config_id, c.metric, c.error, c.tolerance, c.run_id
-        FROM correctness AS c JOIN latest USING (run_id, config_id)
-        WHERE NOT c.passed
-        ORDER BY c.config_id, c.metric
-        """,
-        [scope["machine_id"], scope["backend"]],
-    )
+    return _df(connection, f"{_NEWEST_FAILED} ORDER BY c.config_id, c.metric", _machine(scope))
 
 
 # -- charts ---------------------------------------------------------------------------------------
@@ -423,40 +429,51 @@ def _m_x(data: pd.DataFrame):
         "m:Q",
         scale=alt.Scale(type="log", base=2, nice=False),
         title="M (rows of X)",
-        axis=alt.Axis(format="~d", values=sorted(int(m) for m in data.m.unique())),
+        # every measured M labelled, the last one too (Vega drops overlapping or edge labels)
+        axis=alt.Axis(
+            format="~d",
+            values=sorted(int(m) for m in data.m.unique()),
+            labelOverlap=False,
+            labelFlush=False,
+            labelBound=False,
+        ),
     )
 
 
 def reuse_time_chart(data: pd.DataFrame, sweep: str):
     import altair as alt
 
+    base = alt.Chart(data).encode(
+        x=_m_x(data),
+        y=alt.Y(
+            "seconds:Q",
+            scale=alt.Scale(type="log"),
+            title="Time (s)",
+            axis=alt.Axis(format="~s"),
+        ),
+        color=alt.Color("series:N", title="configuration"),
+        tooltip=[
+            alt.Tooltip("series:N", title="configuration"),
+            alt.Tooltip("cache_state:N", title="cache state"),
+            alt.Tooltip("m:Q", title="M"),
+            alt.Tooltip("quantity:N", title="quantity"),
+            alt.Tooltip("source:N", title="source"),
+            alt.Tooltip("seconds:Q", title="time (s)", format=".3~s"),
+        ],
+    )
+    # the points are their own layer: on a line mark with points, Vega-Lite draws the dash
+    # legend without glyphs
+    lines = base.mark_line().encode(
+        strokeDash=alt.StrokeDash(
+            "source:N",
+            title="source",
+            sort=["measured median", "model lower bound"],
+            legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#444"),
+        ),
+        detail="source:N",
+    )
     return (
-        alt.Chart(data)
-        .mark_line(point=True)
-        .encode(
-            x=_m_x(data),
-            y=alt.Y(
-                "seconds:Q",
-                scale=alt.Scale(type="log"),
-                title="Time (s)",
-                axis=alt.Axis(format="~s"),
-            ),
-            color=alt.Color("series:N", title="configuration"),
-            strokeDash=alt.StrokeDash(
-                "source:N",
-                title="source",
-                sort=["measured median", "model lower bound"],
-                legend=alt.Legend(symbolType="stroke"),
-            ),
-            tooltip=[
-                alt.Tooltip("series:N", title="configuration"),
-                alt.Tooltip("cache_state:N", title="cache state"),
-                alt.Tooltip("m:Q", title="M"),
-                alt.Tooltip("quantity:N", title="quantity"),
-                alt.Tooltip("source:N", title="source"),
-                alt.Tooltip("seconds:Q", title="time (s)", format=".3~s"),
-            ],
-        )
+        alt.layer(lines, base.mark_point(filled=True, size=30))
         .properties(width=280, height=220)
         .facet(
             row=alt.Row("quantity:N", title=None, sort=["whole GEMM", "per row (time / M)"]),
@@ -533,24 +550,31 @@ def distribution_chart(quantiles: pd.DataFrame):
 def conditions_chart(conditions: pd.DataFrame):
     import altair as alt
 
-    return (
-        alt.Chart(conditions)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("t:T", title="Time (UTC)"),
-            y=alt.Y("ghz:Q", title="Measured clock (GHz)", scale=alt.Scale(zero=False)),
-            color=alt.Color("kind:N", title="run kind"),
-            detail="run:N",
-            tooltip=[
-                alt.Tooltip("t:T", title="time (UTC)", format="%Y-%m-%d %H:%M:%S"),
-                alt.Tooltip("ghz:Q", title="clock (GHz)", format=".3f"),
-                alt.Tooltip("phase:N", title="phase"),
-                alt.Tooltip("config_id:N", title="config"),
-                alt.Tooltip("run:N", title="run"),
-            ],
-        )
-        .properties(width=WIDTH, height=260)
-    )
+    quantities = [q for q in CONDITION_QUANTITIES if q in set(conditions.quantity)]
+    span_s = (conditions.t.max() - conditions.t.min()).total_seconds()
+    time_format = "%H:%M:%S" if span_s < 86_400 else "%Y-%m-%d %H:%M"
+    x = alt.X("t:T", title="Time (UTC)", axis=alt.Axis(format=time_format, labelAngle=0))
+    color = alt.Color("kind:N", title="run kind")
+    tooltip = [
+        alt.Tooltip("t:T", title="time (UTC)", format="%Y-%m-%d %H:%M:%S"),
+        alt.Tooltip("quantity:N", title="quantity"),
+        alt.Tooltip("value:Q", title="median", format=".4~g"),
+        alt.Tooltip("value_min:Q", title="min", format=".4~g"),
+        alt.Tooltip("value_max:Q", title="max", format=".4~g"),
+        alt.Tooltip("readings:Q", title="readings"),
+        alt.Tooltip("phase:N", title="phase"),
+        alt.Tooltip("config_id:N", title="config"),
+        alt.Tooltip("run:N", title="run"),
+    ]
+    panels = []
+    for quantity in quantities:
+        data = conditions[conditions.quantity == quantity]
+        y = alt.Y("value:Q", title=quantity[:1].upper() + quantity[1:], scale=alt.Scale(zero=False))
+        base = alt.Chart(data).encode(x=x, color=color, tooltip=tooltip)
+        line = base.mark_line(point=True).encode(y=y, detail="run:N")
+        spread = base.mark_rule().encode(y=alt.Y("value_min:Q"), y2="value_max:Q")
+        panels.append(alt.layer(line, spread).properties(width=WIDTH, height=200))
+    return alt.vconcat(*panels).resolve_scale(color="shared")
 
 
 def change_chart(change: pd.DataFrame):
@@ -566,6 +590,7 @@ def change_chart(change: pd.DataFrame):
                 "noise_lo:Q",
                 title="Change of the median vs the previous run (%)",
                 axis=alt.Axis(format="%"),
+                scale=alt.Scale(padding=12),  # dots at the ends stay whole
             ),
             x2="noise_hi:Q",
         )
@@ -681,6 +706,41 @@ def stage_bounds_chart(frame: pd.DataFrame, name: str):
 
 
 # -- assembling -----------------------------------------------------------------------------------
+
+
+# Condition readings of a machine, one row per quantity, run and time bucket: the whole time span
+# is cut into TIME_BUCKETS buckets, so a single run keeps every reading and a long history stays a
+# few thousand rows.
+TIME_BUCKETS = 1500
+CONDITION_QUANTITIES = ("clock (GHz)", "temperature (°C)", "power (W)")
+_CONDITIONS_SQL = """
+    WITH readings AS (
+        SELECT c.t, c.phase, c.config_id, r.kind || coalesce(' ' || r.sweep, '') AS kind,
+               r.run_id AS run,
+               unnest([
+                   {'quantity': 'clock (GHz)',
+                    'value': coalesce(c.cpu_ghz_measured, c.sm_clock_mhz / 1000)},
+                   {'quantity': 'temperature (°C)', 'value': c.temp_c},
+                   {'quantity': 'power (W)', 'value': c.power_w}
+               ], recursive := true)
+        FROM conditions AS c JOIN runs AS r USING (run_id)
+        WHERE r.machine_id = $machine AND r.backend = $backend
+    ),
+    span AS (
+        SELECT epoch(min(t)) AS t0,
+               greatest(epoch(max(t)) - epoch(min(t)), 0.001) / $buckets AS width
+        FROM readings
+    )
+    SELECT quantity, kind, run, min(t) AS t, median(value) AS value, min(value) AS value_min,
+           max(value) AS value_max, count(*) AS readings,
+           CASE WHEN count(DISTINCT phase) = 1 THEN any_value(phase) ELSE 'several' END AS phase,
+           CASE WHEN count(DISTINCT config_id) <= 1 THEN any_value(config_id)
+                ELSE 'several' END AS config_id
+    FROM readings, span
+    WHERE value IS NOT NULL
+    GROUP BY quantity, kind, run, floor((epoch(t) - t0) / width)
+    ORDER BY quantity, t
+"""
 
 
 def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart], dict]:
@@ -836,27 +896,19 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
             )
         )
 
-    conditions = _df(
-        connection,
-        """
-        SELECT c.t, coalesce(c.cpu_ghz_measured, c.sm_clock_mhz / 1000) AS ghz, c.phase,
-               c.config_id, r.kind || coalesce(' ' || r.sweep, '') AS kind, r.run_id AS run
-        FROM conditions AS c JOIN runs AS r USING (run_id)
-        WHERE r.machine_id = ? AND r.backend = ?
-          AND coalesce(c.cpu_ghz_measured, c.sm_clock_mhz) IS NOT NULL
-        ORDER BY c.t
-    """,
-        [machine, backend],
-    )
+    conditions = _df(connection, _CONDITIONS_SQL, {**_machine(scope), "buckets": TIME_BUCKETS})
     if not conditions.empty:
         conditions["t"] = conditions["t"].dt.tz_convert("UTC").dt.tz_localize(None)
         charts.append(
             Chart(
                 "conditions",
-                "Conditions: clock over time",
-                "The clock measured before and after each measurement (GHz), one line per run, "
-                "coloured by what it measured: a dip or a spread within a run means its timings "
-                "were taken at a different speed.",
+                "Conditions over time",
+                "What the machine ran at before, during and after each measurement, one line "
+                "per run, coloured by what it measured: the clock (the measured CPU clock, or the "
+                "GPU's SM clock), and the GPU's temperature and power where NVML reads them. A dip "
+                "or a spread within a run means its timings were taken at a different speed. Over "
+                "long histories readings are grouped into short time buckets (median drawn, "
+                "min–max as a bar).",
                 conditions_chart(conditions),
             )
         )
@@ -912,6 +964,8 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                     stage_bounds_chart(frame, name),
                 )
             )
+    for chart in charts:
+        chart.name = scope.get("prefix", "") + chart.name
     return charts, facts
 
 
@@ -938,8 +992,6 @@ def _summary_html(connection, scope, facts) -> str:
             f"to {counts['last']:%Y-%m-%d %H:%M} UTC",
         ),
     ]
-    if scope["other_machines"]:
-        rows.append(("not shown", f"{scope['other_machines']} other machine/backend pair(s)"))
     out = ["<table class='summary'>"]
     out += [f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows]
     out.append("</table>")
@@ -1010,20 +1062,54 @@ window.addEventListener('unhandledrejection', function (e) { reportError(e.reaso
 """
 
 
-def _page(title: str, summary: str, charts: list[Chart], specs: dict[str, dict]) -> str:
+@dataclass
+class MachineSection:
+    title: str
+    anchor: str
+    summary: str
+    charts: list[Chart]
+
+
+def _chart_html(chart: Chart, heading: str) -> str:
+    return (
+        f"<section class='chart'><{heading}>{html.escape(chart.title)}</{heading}>"
+        f"<p class='how'>{html.escape(chart.how_to_read)}</p>"
+        f"<div class='vega-chart' id='chart-{chart.name}'></div>{chart.notes_html}"
+        f"<p class='files'><a href='{chart.name}.png'>PNG</a> · "
+        f"<a href='{chart.name}.svg'>SVG</a></p></section>"
+    )
+
+
+def _body_html(machines: list[MachineSection]) -> str:
+    """One machine: its summary and charts. Several: a list of them, then a section each."""
+    if len(machines) == 1:
+        (only,) = machines
+        parts = [only.summary] + [_chart_html(chart, "h2") for chart in only.charts]
+        if not only.charts:
+            parts.append("<p class='empty'>Nothing to chart yet.</p>")
+        return "\n".join(parts)
+    items = "".join(
+        f"<li><a href='#{m.anchor}'>{html.escape(m.title)}</a> ({len(m.charts)} charts)</li>"
+        for m in machines
+    )
+    parts = [
+        f"<p>The store holds {len(machines)} machine/backend pairs; each has its own ceilings, "
+        f"points and charts, never mixed.</p><ul class='machines'>{items}</ul>"
+    ]
+    for m in machines:
+        charts = "".join(_chart_html(chart, "h3") for chart in m.charts) or (
+            "<p class='empty'>Nothing to chart yet.</p>"
+        )
+        parts.append(
+            f"<section class='machine' id='{m.anchor}'><h2>{html.escape(m.title)}</h2>"
+            f"{m.summary}{charts}</section>"
+        )
+    return "\n".join(parts)
+
+
+def _page(title: str, body: str, specs: dict[str, dict]) -> str:
     import vl_convert as vlc
 
-    sections = []
-    for chart in charts:
-        sections.append(
-            f"<section class='chart'><h2>{html.escape(chart.title)}</h2>"
-            f"<p class='how'>{html.escape(chart.how_to_read)}</p>"
-            f"<div class='vega-chart' id='chart-{chart.name}'></div>{chart.notes_html}"
-            f"<p class='files'><a href='{chart.name}.png'>PNG</a> · "
-            f"<a href='{chart.name}.svg'>SVG</a></p></section>"
-        )
-    if not charts:
-        sections.append("<p class='empty'>Nothing to chart yet.</p>")
     bundle = vlc.javascript_bundle(vl_version=_vl_version())
     specs_json = json.dumps(specs).replace("</", "<\\/")
     embed = f"""
@@ -1046,8 +1132,7 @@ Promise.all(done).then(() => document.body.setAttribute('data-rendered', 'true')
 <body>
 <h1>{html.escape(title)}</h1>
 <pre id="report-errors"></pre>
-{summary}
-{"".join(sections)}
+{body}
 <script type="module">{bundle}</script>
 <script type="module">{embed}</script>
 </body>
@@ -1082,33 +1167,41 @@ def build_report(db_path: str | Path, out_dir: str | Path, stages: dict | None =
 
     out_dir = Path(out_dir)
     connection = connect_read_only(db_path)
+    machines: list[MachineSection] = []
     try:
-        scope = _scope(connection)
-        if scope is None:
-            charts, summary = [], EMPTY_HTML
-        else:
+        scopes = _scopes(connection)
+        for scope in scopes:
             charts, facts = _charts(connection, scope, stages)
-            summary = _summary_html(connection, scope, facts)
+            machines.append(
+                MachineSection(
+                    title=f"{scope['host']} ({scope['backend']}, {scope['device_name']})",
+                    anchor="machine-" + scope.get("prefix", "").rstrip("_"),
+                    summary=_summary_html(connection, scope, facts),
+                    charts=charts,
+                )
+            )
     finally:
         connection.close()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(out_dir=out_dir, index=out_dir / "index.html")
-    specs = report.specs
-    for chart in charts:
+    vl_version = _vl_version()
+    for chart in (chart for machine in machines for chart in machine.charts):
         spec = chart.chart.to_dict()
-        specs[chart.name] = spec
-        vl_version = _vl_version()
+        report.specs[chart.name] = spec
         png = out_dir / f"{chart.name}.png"
         svg = out_dir / f"{chart.name}.svg"
         png.write_bytes(vlc.vegalite_to_png(spec, vl_version=vl_version, scale=2))
         svg.write_text(vlc.vegalite_to_svg(spec, vl_version=vl_version), encoding="utf-8")
         report.charts.append(chart.name)
         report.files += [png, svg]
-    title = "rooflab report"
-    if scope is not None:
-        title += f": {scope['host']} ({scope['backend']}, {scope['device_name']})"
-    page = _page(title, summary, charts, specs)
+    if not machines:
+        title, body = "rooflab report", EMPTY_HTML
+    elif len(machines) == 1:
+        title, body = f"rooflab report: {machines[0].title}", _body_html(machines)
+    else:
+        title, body = f"rooflab report: {len(machines)} machines", _body_html(machines)
+    page = _page(title, body, report.specs)
     temporary = report.index.with_name(".index.html.tmp")
     temporary.write_text(page, encoding="utf-8")
     temporary.replace(report.index)
