@@ -381,6 +381,12 @@ def test_latest_ceilings_keeps_machines_apart(results, db):
     assert latest[1]["device_name"] == "Intel Xeon 8480+"
     per_machine = rows(db, "SELECT machine_id, count(*) AS n FROM latest_ceilings GROUP BY 1")
     assert sorted((r["machine_id"], r["n"]) for r in per_machine) == [("m-alpha", 4), ("m-beta", 4)]
+    machines = rows(db, "SELECT * FROM machine_summary ORDER BY machine_id")
+    assert [
+        (m["machine_id"], m["n_runs"], m["n_ceilings_runs"], m["n_gemm_runs"]) for m in machines
+    ] == [("m-alpha", 3, 2, 1), ("m-beta", 1, 1, 0)]
+    assert machines[0]["latest_ceilings_run"] == newest_alpha.name
+    assert machines[0]["last_started_at"] == T0 + timedelta(hours=2)
 
 
 def test_run_summary_has_one_row_per_run(results, db):

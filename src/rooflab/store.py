@@ -66,6 +66,21 @@ VIEWS_SQL = {
             ORDER BY r.started_at DESC, g.run_id DESC
         ) = 1
     """,
+    # One row per machine and backend: what a cluster campaign ran where. Each machine's points are
+    # computed against its own ceilings only (roofline.py), so this is also the list of Rooflines.
+    "machine_summary": """
+        SELECT machine_id, backend,
+            arg_max(host, started_at) AS host,
+            arg_max(device_name, started_at) AS device_name,
+            count(*) AS n_runs,
+            count(*) FILTER (WHERE kind = 'ceilings') AS n_ceilings_runs,
+            count(*) FILTER (WHERE kind = 'gemm') AS n_gemm_runs,
+            arg_max(run_id, started_at) FILTER (WHERE kind = 'ceilings') AS latest_ceilings_run,
+            min(started_at) AS first_started_at,
+            max(started_at) AS last_started_at
+        FROM runs
+        GROUP BY machine_id, backend
+    """,
     # One row per run. The clock is in MHz: the measured CPU clock for CPU runs, the SM clock for
     # GPU runs, from the condition readings and the reading taken after each sample.
     "run_summary": """
