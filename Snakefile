@@ -15,6 +15,15 @@ include: "rules/roofline.smk"
 include: "rules/store.smk"
 
 
+# Light rules run where Snakemake runs, never on a cluster node: ingest, the only writer of the
+# database, stays on one host (README.md, "Running on a cluster").
+localrules:
+    roofline,
+    ingest,
+    report,
+    all,
+
+
 rule all:
     default_target: True
     input:
