@@ -350,7 +350,7 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
 # newest copy is made 2x slower for one configuration and 2x faster for another (change chart),
 # and its check of a third configuration is marked failed (that configuration must vanish from the
 # Roofline and be listed under it). A second "node" is the same runs under another host and
-# machine id with its ceilings halved, so any mixing of the two machines shows in the numbers.
+# machine id with its ceilings lowered 100x, so any mixing of the two machines shows in the numbers.
 
 HISTORY_RUNS = 200
 NODE_B = {"host": "node-b", "machine_id": "b" * 16}
@@ -411,12 +411,12 @@ def history(store, tmp_path_factory):
             edit=edit,
         )
 
-    def halve_ceilings(tables):
+    def lower_ceilings(tables):
         for row in tables["ceilings"]:
-            row["value"] /= 2
+            row["value"] /= 100
 
     node_b = start + dt.timedelta(days=30)
-    _copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=halve_ceilings)
+    _copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=lower_ceilings)
     _copy_run(gemm_run, results / "sweeps" / "tiny" / "runs", node_b, runs=NODE_B)
 
     ceilings = latest_ceilings_by_machine(sorted((results / "ceilings" / "runs").iterdir()))
@@ -470,8 +470,11 @@ def test_two_machines_get_their_own_sections_and_are_never_mixed(history, store)
     ).to_pylist()
     stored = {row["host"]: row["v"] for row in stored}
     assert dram_a == pytest.approx(stored[own_host]) and dram_b == pytest.approx(stored["node-b"])
-    assert dram_b == pytest.approx(dram_a / 2)  # node b's ceilings were halved
+    assert dram_b == pytest.approx(dram_a / 100)  # node b's ceilings were lowered
     assert points_a and points_b and points_a.isdisjoint(points_b)
+    # roofs 100x too low put node b's points above them, and its summary says so
+    node_b_section = page.split("id='machine-node-b", 1)[1].split("<section class='machine'")[0]
+    assert re.search(r"<b>\d+</b> point\(s\) sit above their roof", node_b_section)
     summary = query(
         history["db"],
         "SELECT host, count(*) AS runs FROM run_summary GROUP BY host ORDER BY host",

@@ -34,6 +34,7 @@ BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM")  # fastest first
 FMA_PATHS = ("fp64_fma", "fp32_fma")
 LIBRARY_PATHS = ("fp64_blas", "fp32_blas")
 WIDTH = 640
+ABOVE_ROOF = 1.05  # efficiency beyond measurement noise: a roof that is too low
 
 
 @dataclass
@@ -222,6 +223,7 @@ def roofline_chart(
     top = max(peaks) if peaks else None
 
     lines, labels = [], []
+    placed: list[float] = []  # bandwidths whose label sits above its line
     for level, bw in zip(levels, bws, strict=True):
         kernel = bandwidth.loc[level, "kernel"]
         end = top / bw if top else hi
@@ -230,7 +232,13 @@ def roofline_chart(
             lines.append(
                 {"ceiling": text, "kind": "bandwidth", "library": False, "x": x, "y": bw * x}
             )
-        labels.append({"ceiling": text, "x": lo, "y": bw * lo, "align": "left", "dy": -7})
+        # two levels of nearly equal bandwidth: the second label goes under its line
+        crowded = any(abs(math.log(bw / other)) < math.log(1.4) for other in placed)
+        labels.append(
+            {"ceiling": text, "x": lo, "y": bw * lo, "align": "left", "dy": 13 if crowded else -7}
+        )
+        if not crowded:
+            placed.append(bw)
     for path, peak in zip(paths, peaks, strict=True):
         library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
         start = peak / max(bws) if bws else lo
@@ -1034,6 +1042,14 @@ def _summary_html(connection, scope, facts) -> str:
             f"<b>{int(points.noisy.sum())}</b> noisy; "
             f"<b>{failed.config_id.nunique()}</b> configuration(s) failed correctness.</p>"
         )
+        above = int((points.efficiency > ABOVE_ROOF).sum())
+        if above:
+            out.append(
+                f"<p class='warning'><b>{above}</b> point(s) sit above their roof (efficiency "
+                f"over {ABOVE_ROOF:.0%}): the ceilings under-measure this machine, or the "
+                "ceilings run and the sweep ran under different conditions (compare the clocks "
+                "in the conditions chart, and the load on the machine).</p>"
+            )
     return "\n".join(out)
 
 
@@ -1044,7 +1060,7 @@ th, td { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 section.chart { margin: 2.5em 0; }
 p.how { color: #444; max-width: 60em; }
-ul.failed { color: #a00; }
+ul.failed, p.warning { color: #a00; }
 #report-errors:empty { display: none; }
 #report-errors { color: #a00; border: 1px solid #a00; padding: 0.5em; }
 """
