@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM")  # fastest first
+BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM", "HBM")  # fastest first
+MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
 FMA_PATHS = ("fp64_fma", "fp32_fma")
 LIBRARY_PATHS = ("fp64_blas", "fp32_blas")
 WIDTH = 640
@@ -1023,14 +1024,14 @@ def _summary_html(connection, scope, facts) -> str:
                 f"<td>{esc(str(r.kernel))}</td><td>{esc(str(r.dtype))}</td></tr>"
             )
         out.append("</table>")
-        dram = ceilings[(ceilings.kind == "bandwidth") & (ceilings.name == "DRAM")]
+        memory = ceilings[(ceilings.kind == "bandwidth") & ceilings.name.isin(MEMORY_LEVELS)]
         compute = ceilings[ceilings.kind == "compute"]
-        if not dram.empty and not compute.empty:
-            bw = float(dram.iloc[0].value)
+        if not memory.empty and not compute.empty:
+            level, bw = memory.iloc[0]["name"], float(memory.iloc[0].value)
             ridges = ", ".join(
                 f"{esc(r.name)} {r.value / bw:.3g} FLOP/byte" for r in compute.itertuples()
             )
-            out.append(f"<p>Ridge points against DRAM ({bw / 1e9:.4g} GB/s): {ridges}.</p>")
+            out.append(f"<p>Ridge points against {level} ({bw / 1e9:.4g} GB/s): {ridges}.</p>")
     if points.empty:
         out.append("<p>No Roofline points on this machine yet.</p>")
     else:
