@@ -1,0 +1,261 @@
+"""From counted FLOPs and bytes to Roofline points, under the rules that keep them honest.
+
+- **Calibrate before trusting** (`calibrate`): a path's counted FLOPs must match 2MNK of the GEMM
+  within 1%; a counter that reads zero, is missing, or misses the mark makes that path's counts
+  untrusted, and `hierarchical_points` refuses untrusted counts (fail closed).
+- **Comparable conditions** (`pair`): bytes from a replay with `--cache-control all` (caches
+  flushed before each pass) pair only with the `cold` timing of the same configuration, `none`
+  only with `warm`; never across. The point's time is the paired timing's median, never ncu's
+  `gpu__time_duration` (replayed and serialised).
+- **Hierarchical points** (`hierarchical_points`): one row per memory level, each level's
+  intensity against its own bandwidth ceiling; P ≤ min(C, B_HBM·I_HBM, B_L2·I_L2, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from rooflab.model import hierarchical_bound
+
+LEVEL_ORDER = ("HBM", "DRAM", "L2", "L1")  # slowest first, as the hierarchical chart reads
+
+
+class UntrustedCounts(ValueError):
+    """Counts that failed calibration were offered to a Roofline point."""
+
+
+class PairingError(ValueError):
+    """No timing of the matching cache state for a counter replay."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    path: str | None
+    m: int
+    n: int
+    k: int
+    counted_flops: float | None
+    expected_flops: int  # 2MNK, the GEMM's useful work
+    ratio: float | None  # counted / expected
+    tolerance: float
+    trusted: bool
+    reason: str
+
+
+def calibrate(
+    counted_flops: float | None,
+    m: int,
+    n: int,
+    k: int,
+    tolerance: float = 0.01,
+    *,
+    path: str | None = None,
+) -> Calibration:
+    """Trust a path's counted FLOPs only when they are within `tolerance` of 2MNK."""
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    expected = 2 * m * n * k
+    where = f"{path}: " if path else ""
+
+    def result(trusted: bool, ratio: float | None, reason: str) -> Calibration:
+        return Calibration(
+            path, m, n, k, counted_flops, expected, ratio, tolerance, trusted, where + reason
+        )
+
+    if counted_flops is None:
+        return result(False, None, "counter missing; counts untrusted")
+    if not math.isfinite(counted_flops) or counted_flops < 0:
+        return result(False, None, f"counter reads {counted_flops!r}, not a count; untrusted")
+    if counted_flops == 0:
+        return result(False, 0.0, f"counter reads zero for 2MNK = {expected} FLOP; untrusted")
+    ratio = counted_flops / expected
+    if abs(counted_flops - expected) > tolerance * expected:
+        return result(
+            False,
+            ratio,
+            f"counted/2MNK = {ratio:.4g} (off by {abs(ratio - 1):.2%}, more than "
+            f"{tolerance:.0%}); counts untrusted",
+        )
+    return result(True, ratio, f"counted/2MNK = {ratio:.6g}, within {tolerance:.0%}")
+
+
+# cache_control of the replay -> (cache state of the timing it pairs with, the record's words)
+PAIRINGS = {
+    "all": ("cold", "flushed replay ↔ cold timing"),
+    "none": ("warm", "no-flush replay ↔ warm timing"),
+}
+
+
+@dataclass(frozen=True)
+class Pairing:
+    label: str  # stored with the point: which replay was paired with which timing
+    cache_control: str
+    cache_state: str
+    timing: dict  # the gemm_points row whose median is the point's time
+
+
+def pair(counter_record: Mapping, timings: Iterable[Mapping]) -> Pairing:
+    """The timing a counter replay pairs with: same configuration, the matching cache state, and
+    the same machine where the record names one (the timings must then name theirs). Among several
+    runs the newest (run ids sort by start time)."""
+    cache_control = counter_record["cache_control"]
+    if cache_control not in PAIRINGS:
+        raise PairingError(f"cache_control {cache_control!r}: no pairing rule (all or none)")
+    state, label = PAIRINGS[cache_control]
+    config_id = counter_record["config_id"]
+    machine = counter_record.get("machine_id")
+    same_config = [t for t in timings if t["config_id"] == config_id]
+    if machine is not None:
+        same_config = [t for t in same_config if t.get("machine_id") == machine]
+    matching = [t for t in same_config if t["cache_state"] == state]
+    if not matching:
+        others = sorted({t["cache_state"] for t in same_config})
+        seen = f"; only {', '.join(others)} timing(s), never paired across" if others else ""
+        on = f" on machine {machine}" if machine is not None else ""
+        raise PairingError(
+            f"{config_id}: a replay with --cache-control {cache_control} pairs only with a "
+            f"{state} timing, and there is none{on}{seen}"
+        )
+    timing = max(matching, key=lambda t: str(t.get("run_id", "")))
+    median = timing.get("median_s")
+    if not isinstance(median, (int, float)) or not math.isfinite(median) or median <= 0:
+        raise PairingError(f"{config_id} {state}: timing has no usable median_s ({median!r})")
+    return Pairing(label, cache_control, state, dict(timing))
+
+
+def _level_order(levels: Iterable[str]) -> list[str]:
+    levels = list(levels)
+    known = [lv for lv in LEVEL_ORDER if lv in levels]
+    return known + sorted(lv for lv in levels if lv not in known)
+
+
+def hierarchical_points(
+    pairing: Pairing,
+    calibration: Calibration,
+    bytes_by_level: Mapping[str, float | None],
+    ceilings: Mapping[str, float],
+    compute_path: str,
+    *,
+    counters_run_id: str | None = None,
+    replay_mode: str | None = None,
+) -> list[dict]:
+    """One row per memory level with counted bytes (q_source "counters").
+
+    F is the GEMM's useful work 2MNK (as in every rooflab point), admitted only by a trusted
+    calibration of `compute_path`; untrusted counts raise `UntrustedCounts`. t is the paired
+    timing's median. Per level: I = F/Q_level and attainable = min(C, B_level·I_level) against
+    that level's own ceiling (`ceilings[level]` in B/s; `ceilings[compute_path]` in FLOP/s).
+    `limiting_level` is the level whose term B·I is smallest; `limiter` is that level, or
+    "compute" where C is lower still. A level without a measured ceiling keeps its intensity
+    and gets no bound."""
+    if not calibration.trusted:
+        raise UntrustedCounts(f"{calibration.reason}: no Roofline point from these counts")
+    if calibration.path is not None and calibration.path != compute_path:
+        raise UntrustedCounts(
+            f"calibration of {calibration.path} cannot admit a point on path {compute_path}"
+        )
+    timing = pairing.timing
+    shape = (timing["m"], timing["n"], timing["k"])
+    if shape != (calibration.m, calibration.n, calibration.k):
+        raise ValueError(
+            f"calibration is for m,n,k = {calibration.m, calibration.n, calibration.k}"
+            f", the timing for {shape}"
+        )
+    if compute_path not in ceilings:
+        raise ValueError(f"no compute ceiling for path {compute_path}")
+    counted = {lv: float(q) for lv, q in bytes_by_level.items() if q is not None}
+    if any(q < 0 or not math.isfinite(q) for q in counted.values()):
+        raise ValueError(f"counted bytes must be finite and >= 0: {counted}")
+    bounded = {lv: q for lv, q in counted.items() if lv in ceilings}
+    if not bounded:
+        raise ValueError(f"no bandwidth ceiling for any counted level ({', '.join(counted)})")
+    flops = calibration.expected_flops
+    peak = float(ceilings[compute_path])
+    whole = hierarchical_bound(flops, bounded, peak, {lv: ceilings[lv] for lv in bounded})
+    limiting = min(whole.levels.values(), key=lambda term: term.attainable_flops_per_s).level
+    median_s = float(timing["median_s"])
+    achieved = flops / median_s
+    rows = []
+    for level in _level_order(counted):
+        q = counted[level]
+        term = whole.levels.get(level)
+        rows.append(
+            {
+                "run_id": timing.get("run_id"),
+                "config_id": timing["config_id"],
+                "cache_state": pairing.cache_state,
+                "machine_id": timing.get("machine_id"),
+                "sweep": timing.get("sweep"),
+                "m": timing["m"],
+                "n": timing["n"],
+                "k": timing["k"],
+                "dtype": timing.get("dtype"),
+                "layout": timing.get("layout"),
+                "level": level,
+                "q_source": "counters",
+                "bytes": round(q),
+                "flops": flops,
+                "intensity": flops / q if q else math.inf,
+                "median_s": median_s,
+                "achieved_flops_per_s": achieved,
+                "compute_path": compute_path,
+                "peak_flops_per_s": peak,
+                "bandwidth_b_per_s": term.bandwidth_b_per_s if term else None,
+                "attainable_flops_per_s": min(peak, term.attainable_flops_per_s) if term else None,
+                "bound_s": max(flops / peak, term.memory_s) if term else None,
+                "limiter": whole.limiter,
+                "limiting_level": limiting,
+                "hierarchical_attainable_flops_per_s": whole.attainable_flops_per_s,
+                "hierarchical_bound_s": whole.bound_s,
+                "efficiency": achieved / whole.attainable_flops_per_s,
+                "pairing": pairing.label,
+                "cache_control": pairing.cache_control,
+                "replay_mode": replay_mode,
+                "counters_run_id": counters_run_id,
+                "flops_counted": calibration.counted_flops,
+                "calibration_ratio": calibration.ratio,
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class ModelVsCounted:
+    bytes_model: float
+    bytes_counted: float
+    ratio: float  # counted / model
+    direction: str  # "model over-counts" | "model under-counts" | "agrees"
+    statement: str
+
+
+def model_vs_counted(
+    bytes_model: float, dram_bytes: float, tolerance: float = 0.01
+) -> ModelVsCounted:
+    """How far the cold-cache ledger Q_model is from the counted HBM traffic, and which way.
+    Over-counting is expected when operands stay in L2 (warm, repeated runs); under-counting
+    when the kernel moves more than the ideal (re-reads, write-allocate, workspace)."""
+    for name, value in (("bytes_model", bytes_model), ("dram_bytes", dram_bytes)):
+        if value is None or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if bytes_model == 0:
+        raise ValueError("bytes_model is zero: nothing to compare")
+    ratio = dram_bytes / bytes_model
+    if abs(dram_bytes - bytes_model) <= tolerance * bytes_model:
+        direction = "agrees"
+        how = f"within {tolerance:.0%}"
+    elif bytes_model > dram_bytes:
+        direction = "model over-counts"
+        how = f"by {bytes_model / dram_bytes:.3g}x" if dram_bytes else "(no HBM traffic counted)"
+    else:
+        direction = "model under-counts"
+        how = f"by {dram_bytes / bytes_model:.3g}x"
+    statement = (
+        f"model {bytes_model:.6g} B vs counted HBM {dram_bytes:.6g} B: {direction} {how} "
+        f"(counted/model = {ratio:.4g})"
+    )
+    return ModelVsCounted(float(bytes_model), float(dram_bytes), ratio, direction, statement)
