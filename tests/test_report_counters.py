@@ -1,0 +1,164 @@
+"""The counters charts' Vega-Lite specs, built from our own structures (hierarchical_points rows,
+model_vs_counted results), checked for what a reader relies on, and rendered once by Vega."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from rooflab.counters import calibrate, hierarchical_points, model_vs_counted, pair
+from rooflab.report_counters import (
+    hierarchical_roofline_chart,
+    model_vs_counted_chart,
+    model_vs_counted_table,
+)
+
+CEILINGS = {"HBM": 4.0e12, "L2": 1.2e13, "bf16_tensor": 7.0e14}
+CONFIGS = [  # m, cold median (s), counted HBM, L2, L1 bytes
+    (64, 30e-6, 3.4e7, 2.0e8, 6.0e8),
+    (4096, 250e-6, 2.0e8, 3.0e9, 1.2e10),
+]
+
+
+def config_id(m: int) -> str:
+    return f"main/bf16/nn/m{m}_n4096_k4096"
+
+
+def points() -> pd.DataFrame:
+    rows = []
+    for m, median, hbm, l2, l1 in CONFIGS:
+        n = k = 4096
+        timing = {"run_id": "r1", "config_id": config_id(m), "cache_state": "cold"}
+        timing |= {"median_s": median, "m": m, "n": n, "k": k, "dtype": "bf16", "layout": "nn"}
+        pairing = pair({"config_id": config_id(m), "cache_control": "all"}, [timing])
+        calibration = calibrate(2 * m * n * k, m, n, k, path="bf16_tensor")
+        levels = {"HBM": hbm, "L2": l2, "L1": l1}
+        rows += hierarchical_points(pairing, calibration, levels, CEILINGS, "bf16_tensor")
+    return pd.DataFrame(rows)
+
+
+def ceilings() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"kind": "bandwidth", "name": "HBM", "value": 4.0e12},
+            {"kind": "bandwidth", "name": "L2", "value": 1.2e13},
+            {"kind": "compute", "name": "bf16_tensor", "value": 7.0e14},
+            {"kind": "compute", "name": "fp64_tensor", "value": 6.0e13},  # no point: not drawn
+        ]
+    )
+
+
+def layers(spec: dict) -> list[dict]:
+    return spec["layer"]
+
+
+def data_of(spec: dict, layer: dict) -> list[dict]:
+    return spec["datasets"][layer["data"]["name"]]
+
+
+def mark(layer: dict) -> str:
+    return layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
+
+
+def test_hierarchical_chart_one_point_per_level_per_configuration_joined_per_configuration():
+    spec = hierarchical_roofline_chart(points(), ceilings()).to_dict()
+    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    rows = data_of(spec, point_layer)
+    assert sorted((r["config_id"], r["level"]) for r in rows) == sorted(
+        (config_id(m), level) for m, *_ in CONFIGS for level in ("HBM", "L2", "L1")
+    )
+    enc = point_layer["encoding"]
+    assert enc["color"]["field"] == "level"
+    assert enc["color"]["scale"]["domain"] == ["HBM", "L2", "L1"]
+    assert enc["shape"]["field"] == "config_id"
+    # every point of one configuration has the same performance: its paired timing
+    for m, median, *_ in CONFIGS:
+        ys = [r["y"] for r in rows if r["config_id"] == config_id(m)]
+        assert ys == [pytest.approx(2 * m * 4096 * 4096 / median)] * 3
+    (join,) = [
+        la
+        for la in layers(spec)
+        if mark(la) == "line"
+        and "detail" in la["encoding"]
+        and la["encoding"]["detail"]["field"] == "config_id"
+    ]
+    assert join["encoding"]["order"]["field"] == "x"
+    assert data_of(spec, join) == rows
+
+
+def test_hierarchical_chart_axes_roofs_and_tooltips():
+    spec = hierarchical_roofline_chart(points(), ceilings()).to_dict()
+    x_titles, y_titles = set(), set()
+    for layer in layers(spec):
+        enc = layer["encoding"]
+        assert "tooltip" in enc, f"{mark(layer)} layer without tooltip"
+        assert enc["x"]["scale"]["type"] == "log" and enc["y"]["scale"]["type"] == "log"
+        x_titles.add(enc["x"].get("title"))
+        y_titles.add(enc["y"].get("title"))
+    assert "Arithmetic intensity (FLOP/byte)" in x_titles
+    assert "Performance (FLOP/s)" in y_titles
+    labels = [r["roof"] for la in layers(spec) if mark(la) == "text" for r in data_of(spec, la)]
+    assert sorted(labels) == ["HBM 4 TB/s", "L2 12 TB/s", "bf16_tensor 700 TFLOP/s"]
+    # each bandwidth roof is coloured as its level's points, so a point reads against its own roof
+    (roofs,) = [la for la in layers(spec) if mark(la) == "line" and "color" in la["encoding"]]
+    assert roofs["encoding"]["color"]["field"] == "level"
+    assert {r["level"] for r in data_of(spec, roofs)} == {"HBM", "L2"}
+    for row in data_of(spec, roofs):  # y = B·x on the roof
+        assert row["y"] == pytest.approx(CEILINGS[row["level"]] * row["x"])
+
+
+def test_hierarchical_chart_leaves_out_points_it_cannot_place():
+    frame = points()
+    frame.loc[0, "intensity"] = float("inf")  # a level with zero counted bytes
+    spec = hierarchical_roofline_chart(frame, ceilings()).to_dict()
+    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    assert len(data_of(spec, point_layer)) == len(frame) - 1
+
+
+def model_rows() -> pd.DataFrame:
+    rows = []
+    for m, _, hbm, *_ in CONFIGS:
+        model_bytes = 2 * (m * 4096 + 4096 * 4096 + m * 4096)
+        result = model_vs_counted(model_bytes, hbm)
+        rows.append({"config_id": config_id(m), "cache_state": "cold", **result.__dict__})
+    return pd.DataFrame(rows)
+
+
+def test_model_vs_counted_chart_and_table():
+    frame = model_rows()
+    spec = model_vs_counted_chart(frame).to_dict()
+    for layer in layers(spec):
+        assert "tooltip" in layer["encoding"]
+    (dots,) = [la for la in layers(spec) if mark(la) == "point"]
+    assert dots["encoding"]["x"]["title"] == "Bytes (B)"
+    assert dots["encoding"]["x"]["scale"]["type"] == "log"
+    sources = sorted({(r["config_id"], r["source"]) for r in data_of(spec, dots)})
+    assert sources == sorted(
+        (config_id(m), s)
+        for m, *_ in CONFIGS
+        for s in ("model (cold-cache ledger)", "counted HBM (ncu)")
+    )
+    (notes,) = [la for la in layers(spec) if mark(la) == "text"]
+    texts = [r["note"] for r in data_of(spec, notes)]
+    assert texts == [f"counted/model {r.ratio:.3g}: {r.direction}" for r in frame.itertuples()]
+    assert texts[0].endswith("model over-counts") and texts[1].endswith("model under-counts")
+    table = model_vs_counted_table(frame)
+    assert list(table.columns) == [
+        "configuration",
+        "cache state",
+        "model bytes (B)",
+        "counted HBM bytes (B)",
+        "counted / model",
+        "direction",
+    ]
+    assert list(table.direction) == ["model over-counts", "model under-counts"]
+    assert table["counted HBM bytes (B)"][0] == "34 MB"
+
+
+def test_charts_render_in_vega():
+    vl_convert = pytest.importorskip("vl_convert")
+    svg = vl_convert.vegalite_to_svg(hierarchical_roofline_chart(points(), ceilings()).to_json())
+    for label in ("HBM 4 TB/s", "L2 12 TB/s", "bf16_tensor 700 TFLOP/s", "FLOP/byte"):
+        assert label in svg
+    svg = vl_convert.vegalite_to_svg(model_vs_counted_chart(model_rows()).to_json())
+    assert "model over-counts" in svg and "Bytes (B)" in svg
