@@ -22,6 +22,7 @@ from rooflab.counters import (
     UntrustedCounts,
     bytes_by_level,
     calibrate,
+    counter_rows,
     counters_range,
     derive_cpu,
     flops_from_counters,
@@ -53,6 +54,7 @@ from rooflab.counters.ncu import (
     DURATION,
     L1_BYTES,
     L2_BYTES,
+    NcuResult,
     fixed_metrics,
     parse_ncu_version,
 )
@@ -308,6 +310,35 @@ def test_parse_recorded_raw_csv(name, kernel, read_bytes, write_bytes, duration_
     # nothing counted, nothing invented: every path is None, with the metrics it lacks
     for path in counted.paths.values():
         assert path.flops is None and path.missing
+
+
+def test_counter_rows_keep_kernels_range_sums_missing_and_settings():
+    rows = parse_ncu_csv(read(NCU_FIXTURES / "import_sample" / "sobelDouble.raw.csv"))
+    cmd = ncu_command(CHILD, nvtx_range="r", metrics=[DRAM_READ], cache_control="none")
+    result = NcuResult(rows, sum_over_kernels(rows), cmd, ToolRun(cmd.argv, 0, "", ""))
+    ids = {"run_id": "c1", "config_id": CONFIG, "tool_version": "2024.1.1.0", "chip": "ga102"}
+    out = counter_rows(result, settings=cmd.settings, missing=[L2_BYTES], **ids)
+    kernel = [r for r in out if r["scope"] == "kernel"]
+    summed = {r["metric"]: r for r in out if r["scope"] == "range" and r["status"] != "missing"}
+    assert len(kernel) == len(rows) and set(summed) == {r.metric for r in rows}
+    assert summed[DRAM_READ]["value"] == 4196352 and summed[DRAM_READ]["unit"] == "byte"
+    assert summed["sm__cycles_elapsed.avg.per_second"]["value"] is None
+    (missing,) = [r for r in out if r["status"] == "missing"]
+    assert missing["metric"] == L2_BYTES
+    assert missing["reason"] == "not available on chip ga102 (ncu 2024.1.1.0 --query-metrics)"
+    for row in out:
+        assert (row["cache_control"], row["clock_control"], row["replay_mode"]) == (
+            "none",
+            "none",
+            "kernel",
+        )
+        assert row["nvtx_include"] == "r/" and row["tool"] == "ncu"
+    (gone,) = counter_rows(Unavailable("ncu", "exit status 1: x"), settings=cmd.settings, **ids)
+    assert (gone["status"], gone["reason"], gone["value"]) == (
+        "unavailable",
+        "exit status 1: x",
+        None,
+    )
 
 
 def test_parse_ncu_csv_refuses_a_row_that_does_not_fit():

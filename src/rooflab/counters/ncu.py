@@ -566,3 +566,75 @@ def run_ncu(command: NcuCommand, timeout_s: float) -> NcuResult | Unavailable:
             f"(filter {command.settings['nvtx_include']!r})" + (f": {said}" if said else ""),
         )
     return NcuResult(rows, sum_over_kernels(rows), command, run)
+
+
+def counter_rows(
+    result: NcuResult | Unavailable,
+    *,
+    run_id: str,
+    config_id: str,
+    settings: Mapping,
+    tool_version: str | None,
+    chip: str | None,
+    missing: Sequence[str] = (),
+) -> list[dict]:
+    """Rows for a `counters` table (fields proposed in docs/counters.md): one per metric per
+    kernel (scope "kernel"), one per metric for the whole range (scope "range": the sum of a
+    counter, else null), one per metric the chip lacks (status "missing"), or a single
+    "unavailable" row with the reason when there was no result."""
+    common = {
+        "run_id": run_id,
+        "config_id": config_id,
+        "tool": "ncu",
+        "tool_version": tool_version,
+        "chip": chip,
+        "cache_control": settings.get("cache_control"),
+        "clock_control": settings.get("clock_control"),
+        "replay_mode": settings.get("replay_mode"),
+        "nvtx_include": settings.get("nvtx_include"),
+    }
+    empty = {"kernel_id": None, "kernel": None, "value": None, "unit": None}
+    if isinstance(result, Unavailable):
+        return [
+            {
+                **common,
+                **empty,
+                "scope": "range",
+                "metric": None,
+                "status": "unavailable",
+                "reason": result.reason,
+            }
+        ]
+    rows = [
+        {
+            **common,
+            "kernel_id": r.kernel_id,
+            "kernel": r.kernel_name,
+            "scope": "kernel",
+            "metric": r.metric,
+            "value": r.value,
+            "unit": r.unit,
+            "status": "ok" if r.value is not None else "no value",
+            "reason": None,
+        }
+        for r in result.rows
+    ]
+    for metric, total in result.totals.items():
+        rows.append(
+            {
+                **common,
+                **empty,
+                "scope": "range",
+                "metric": metric,
+                "value": total.total,
+                "unit": total.unit,
+                "status": "ok" if total.total is not None else "no value",
+                "reason": None if total.summable else "not a counter: min and max per kernel only",
+            }
+        )
+    why = f"not available on chip {chip} (ncu {tool_version} --query-metrics)"
+    rows += [
+        {**common, **empty, "scope": "range", "metric": m, "status": "missing", "reason": why}
+        for m in missing
+    ]
+    return rows
