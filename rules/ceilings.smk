@@ -12,6 +12,7 @@ rule ceilings:
         gpu=1,
     params:
         settings=as_param(config["ceilings"]),
+        max_clock_change=config["timing"]["max_clock_change"],
         backend=config["backend"],
     script:
         "../workflow_scripts/ceilings.py"

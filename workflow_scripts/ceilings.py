@@ -1,13 +1,17 @@
 """Rule ceilings: measure this machine's bandwidth and compute ceilings; keep the run."""
 
 import json
+from dataclasses import replace
 
 from rooflab.backends.base import select_backend
 from rooflab.experiments.ceilings import run_ceilings, settings_from_config
 from rooflab.workflow import keep_run, log_to
 
 log = log_to(snakemake.log[0])
-settings = settings_from_config(json.loads(snakemake.params.settings))
+settings = replace(
+    settings_from_config(json.loads(snakemake.params.settings)),
+    max_clock_change=float(snakemake.params.max_clock_change),
+)
 backend = select_backend(snakemake.params.backend)
 log.info(
     "ceilings on %s (%s) with %s", backend.name, backend.run_metadata()["device_name"], settings

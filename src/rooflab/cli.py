@@ -11,6 +11,7 @@ import math
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rooflab import __version__
 from rooflab.backends.base import BackendError
@@ -275,6 +276,7 @@ def cmd_measure_ceilings(args) -> None:
 
     backend, config = _backend_and_config(args)
     settings = ceilings.QUICK if args.quick else ceilings.settings_from_config(config["ceilings"])
+    settings = replace(settings, max_clock_change=config["timing"]["max_clock_change"])
     tables = ceilings.run_ceilings(backend, settings)
     run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
     print(f"rooflab: wrote {run_dir}", file=sys.stderr)

@@ -48,6 +48,8 @@ TABLES: dict[str, pa.Schema] = {
             ("machine", _S),
             ("blas", _S),
             ("settings", _S),
+            ("backend_requested", _S),  # auto, cpu or cuda, as configured
+            ("backend_note", _S),  # why the backend differs from the one asked for (auto)
         ]
     ),
     "conditions": pa.schema(
@@ -82,6 +84,14 @@ TABLES: dict[str, pa.Schema] = {
             ("working_set_min_bytes", _I),
             ("working_set_max_bytes", _I),
             ("n_points", _I),
+            # The SM clock over the measurement's condition readings (before, during, after),
+            # and its flags: clock range above the configured fraction, thermal or power cap
+            # seen, every clock-event reason seen. Null where no SM clock was read (CPU).
+            ("sm_clock_min_mhz", _F),
+            ("sm_clock_max_mhz", _F),
+            ("clock_moved", _B),
+            ("clock_capped", _B),
+            ("clock_events", _S),
         ]
     ),
     "ceiling_sweep": pa.schema(
@@ -134,6 +144,14 @@ TABLES: dict[str, pa.Schema] = {
             ("noisy", _B),
             ("flush_method", _S),
             ("flush_bytes", _I),
+            # The SM clock over the measurement's condition readings (before, during, after),
+            # and its flags: clock range above the configured fraction, thermal or power cap
+            # seen, every clock-event reason seen. Null where no SM clock was read (CPU).
+            ("sm_clock_min_mhz", _F),
+            ("sm_clock_max_mhz", _F),
+            ("clock_moved", _B),
+            ("clock_capped", _B),
+            ("clock_events", _S),
         ]
     ),
     "correctness": pa.schema(

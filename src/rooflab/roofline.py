@@ -1,10 +1,12 @@
 """Roofline points: each timed GEMM configuration against the ceilings of the machine it ran on.
 
-Pairing rules (DESIGN.md §3): the compute roof is the instruction path of the GEMM's dtype
-(`COMPUTE_PATH`); the bytes are the cold-cache model Q_model (q_source "model"), so they belong to
-one memory level only:
-- cold: DRAM/HBM — the flush evicted every cache, operands come from memory;
-- warm: the smallest cache level that holds all operands (Q_model bytes), else DRAM/HBM.
+Pairing rules (DESIGN.md §3): the compute roof is the instruction path of the GEMM's dtype on its
+backend (`COMPUTE_PATH`: FMA chains on a CPU; on a GPU the tensor-core paths measured through
+cuBLAS for tf32/fp16/bf16 and fp64, the FMA chains for fp32); the bytes are the cold-cache model
+Q_model (q_source "model"), so they belong to one memory level only:
+- cold: the memory (DRAM on a CPU, HBM on a GPU) — the flush evicted every cache;
+- warm: the smallest cache level that holds all operands (Q_model bytes), else the memory.
+The memory's name is the bandwidth ceiling that is not a cache level of the machine.
 The bandwidth of a level is the best kernel's ceiling on that level in the latest ceilings run of
 the same machine. Points of a machine without ceilings are not computed (never borrowed).
 """
@@ -21,9 +23,24 @@ from rooflab.machine import cache_bytes_by_level
 from rooflab.model import bound
 from rooflab.records import read_run, to_table
 
-# dtype of a GEMM -> name of the compute ceiling it is measured against
-COMPUTE_PATH = {"fp64": "fp64_fma", "fp32": "fp32_fma"}
-MEMORY_LEVEL = "DRAM"
+# backend -> dtype of a GEMM -> name of the compute ceiling it is measured against. On a GPU,
+# cuBLAS runs fp64 GEMMs on the FP64 tensor cores (sm_80 on), which are faster than FP64 FMA.
+COMPUTE_PATH = {
+    "cpu": {"fp64": "fp64_fma", "fp32": "fp32_fma"},
+    "cuda": {
+        "fp64": "fp64_tensor",
+        "fp32": "fp32_fma",
+        "tf32": "tf32_tensor",
+        "fp16": "fp16_tensor",
+        "bf16": "bf16_tensor",
+    },
+}
+MEMORY_LEVEL = "DRAM"  # the memory's name when the ceilings do not say otherwise
+
+
+def compute_path(backend: str | None, dtype: str) -> str | None:
+    """The compute ceiling a GEMM of `dtype` on `backend` is paired with (None: no pairing)."""
+    return COMPUTE_PATH.get(backend or "cpu", {}).get(dtype)
 
 
 def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
@@ -41,22 +58,27 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
                 peak[row["name"]] = row["value"]
             else:
                 bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
+        caches = cache_bytes_by_level(json.loads(run["machine"])) if run["machine"] else {}
+        memories = sorted(name for name in bandwidth if name not in caches)
         latest[run["machine_id"]] = {
             "run_id": run["run_id"],
             "started_at": run["started_at"],
             "peak": peak,
             "bandwidth": bandwidth,
-            "caches": cache_bytes_by_level(json.loads(run["machine"])) if run["machine"] else {},
+            "caches": caches,
+            "memory_level": memories[0] if len(memories) == 1 else MEMORY_LEVEL,
         }
     return latest
 
 
-def resident_level(bytes_needed: int, caches: dict[str, int], cache_state: str) -> str:
+def resident_level(
+    bytes_needed: int, caches: dict[str, int], cache_state: str, memory_level: str = MEMORY_LEVEL
+) -> str:
     if cache_state == "warm":
         for level, capacity in sorted(caches.items(), key=lambda item: item[1]):
             if bytes_needed <= capacity:
                 return level
-    return MEMORY_LEVEL
+    return memory_level
 
 
 def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list[dict]:
@@ -68,8 +90,13 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
         if machine is None or "gemm_points" not in tables:
             continue
         for point in tables["gemm_points"].to_pylist():
-            path = COMPUTE_PATH.get(point["dtype"])
-            level = resident_level(point["bytes_model"], machine["caches"], point["cache_state"])
+            path = compute_path(run.get("backend"), point["dtype"])
+            level = resident_level(
+                point["bytes_model"],
+                machine["caches"],
+                point["cache_state"],
+                machine.get("memory_level", MEMORY_LEVEL),
+            )
             if path not in machine["peak"] or level not in machine["bandwidth"]:
                 continue
             b = bound(

@@ -7,10 +7,15 @@ this interface only, so the CPU and GPU paths take the same measurements the sam
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 class BackendError(RuntimeError):
@@ -25,6 +30,8 @@ class GemmOperands:
     w: Any
     y: Any
     layout: str
+    dtype: str | None = None
+    plan: Any = None  # what the backend prepared for its matmul call (e.g. cuBLAS arguments)
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class Workload:
     run: Callable[[int], object]
     amount_per_unit: int  # bytes (bandwidth) or FLOP (compute) per unit
     unit: str  # "B" or "FLOP"
+    threads: int | None = None  # threads it really runs, where it differs from those asked for
 
 
 class Backend(ABC):
@@ -41,6 +49,11 @@ class Backend(ABC):
     gemm_dtypes: tuple[str, ...]
     stream_kernels: tuple[str, ...]
     fma_dtypes: tuple[str, ...]
+    array_module: Any = np  # numpy or cupy: where operands live and checks are computed
+    memory_level: str = "DRAM"  # the name of the memory behind the last cache level
+    # How it was chosen (select_backend sets these; they go into the `runs` row).
+    backend_requested: str | None = None
+    backend_note: str | None = None
 
     # -- identity and conditions --
     @abstractmethod
@@ -101,6 +114,24 @@ class Backend(ABC):
     @abstractmethod
     def fma_workload(self, dtype: str, threads: int) -> Workload: ...
 
+    @contextlib.contextmanager
+    def sampling_conditions(self, config_id: str | None = None) -> Iterator[list[dict]]:
+        """Condition readings taken in the background while the block runs (phase "during"),
+        in the list it yields once the block ends; none where the backend has no sampler."""
+        yield []
+
+    @contextlib.contextmanager
+    def nvtx_range(self, label: str) -> Iterator[None]:
+        """A named range around a measured region for profilers (NVTX on CUDA); else nothing."""
+        yield
+
+    def library_path(self, dtype: str) -> str:
+        """Name of the library GEMM ceiling of a dtype (CPU: fp64_blas)."""
+        return f"{dtype}_blas"
+
+    def library_description(self, dtype: str) -> str:
+        return "library GEMM (numpy matmul / BLAS)"
+
     def library_threads(self) -> int | None:
         """Threads of the GEMM library (BLAS) where it has a pool; None where it has none."""
         return None
@@ -117,28 +148,62 @@ class Backend(ABC):
             )
 
 
-def cuda_available() -> bool:
+def cuda_problem() -> str | None:
+    """Why the CUDA backend cannot run here: what was looked for, what was found; None if it can."""
     try:
         import cupy
-    except ImportError:
-        return False
+    except ImportError as error:
+        return f"looked for CuPy (pip install cupy-cuda13x or cupy-cuda12x); found: {error}"
     try:
-        return bool(cupy.cuda.is_available())
-    except Exception:  # a broken driver install counts as no device
-        return False
+        from cupy.cuda import runtime
+
+        count = runtime.getDeviceCount()
+    except Exception as error:  # CUDARuntimeError: no driver, driver too old, no device
+        return (
+            f"looked for a CUDA device through CuPy {cupy.__version__} "
+            f"(CUDA runtime {_cuda_version(cupy)}); found: {error}"
+        )
+    if count < 1:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        return f"looked for a CUDA device; found none{where}"
+    try:
+        from cupy_backends.cuda.libs import cublas  # noqa: F401 - loads libcublas
+    except Exception as error:
+        return f"found {count} CUDA device(s) but not cuBLAS, which the GEMMs need: {error}"
+    return None
+
+
+def _cuda_version(cupy) -> str:
+    try:
+        version = cupy.cuda.runtime.runtimeGetVersion()
+    except Exception:  # pragma: no cover - only on broken installs
+        return "unknown"
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def cuda_available() -> bool:
+    return cuda_problem() is None
 
 
 def select_backend(name: str) -> Backend:
-    """`auto` is CUDA when a CUDA device is visible, else the CPU."""
+    """`cuda` needs a usable GPU (else one error saying what was looked for and what was found);
+    `auto` is CUDA when a device is usable, else the CPU, and the run record says which and why."""
     if name not in ("auto", "cpu", "cuda"):
         raise BackendError(f"unknown backend {name!r}; choose auto, cpu or cuda")
-    if name == "cuda" or (name == "auto" and cuda_available()):
-        if not cuda_available():
-            raise BackendError(
-                "backend cuda asked for, but no CUDA device is visible "
-                "(cupy missing or cupy.cuda.is_available() is false)"
-            )
-        raise BackendError("the CUDA backend is not built yet (issue 6); use backend cpu")
-    from rooflab.backends.cpu import CpuBackend
+    problem = None if name == "cpu" else cuda_problem()
+    if name == "cuda" and problem is not None:
+        raise BackendError(f"backend cuda asked for, but no usable CUDA device: {problem}")
+    if name != "cpu" and problem is None:
+        from rooflab.backends.cuda import CudaBackend
 
-    return CpuBackend()
+        backend: Backend = CudaBackend()
+    else:
+        from rooflab.backends.cpu import CpuBackend
+
+        backend = CpuBackend()
+        if name == "auto":
+            backend.backend_note = f"auto: no CUDA device ({problem}); fell back to cpu"
+            print(f"rooflab: {backend.backend_note}", file=sys.stderr)
+    backend.backend_requested = name
+    return backend

@@ -1,9 +1,11 @@
 """Empirical ceilings: bandwidth per memory level from a working-set sweep, compute per
-instruction path from independent FMA chains, and the BLAS GEMM peak as a separate library path.
+instruction path from independent FMA chains, and the library GEMM peak (BLAS, cuBLAS) per dtype as
+separate library paths.
 
 Each sweep point repeats its kernel many times inside one timed call (so call overhead vanishes),
 takes several such windows and keeps their median. A level's ceiling is the best point median on
-its plateau: working sets well inside that level and well outside the one before it.
+its plateau: working sets well inside that level and well outside the one before it. The memory
+behind the last cache is named by the backend (DRAM on a CPU, HBM on a GPU).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from rooflab.backends.base import Backend, Workload
+from rooflab.backends.base import Backend, BackendError, Workload
 from rooflab.config import ConfigError
-from rooflab.experiments.runs import conditions_row, run_row
+from rooflab.experiments.runs import conditions_row, during_rows, run_row
 from rooflab.experiments.timing import Progress, TimingSettings, measure, summarize
+from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import UnitError, parse_bytes
 
@@ -40,6 +43,7 @@ class CeilingSettings:
     blas_timing: TimingSettings = field(
         default_factory=lambda: TimingSettings(warmup_s=0.3, min_time_s=1.0, min_samples=5)
     )
+    max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
 
 
 QUICK = CeilingSettings(
@@ -86,14 +90,36 @@ def working_set_sizes(low: int, high: int, points_per_octave: int) -> list[int]:
     return sorted(sizes)
 
 
-def plateaus(cache_bytes_by_level: dict[str, int], high: int) -> dict[str, tuple[int, int]]:
-    """Working-set range of each level's plateau, levels in order of size, then DRAM."""
+def plateaus(
+    cache_bytes_by_level: dict[str, int], high: int, memory_level: str = "DRAM"
+) -> dict[str, tuple[int, int]]:
+    """Working-set range of each level's plateau, levels in order of size, then the memory."""
     windows, below = {}, 0
     for level, size in sorted(cache_bytes_by_level.items(), key=lambda item: item[1]):
         windows[level] = (int(PLATEAU_ABOVE * below), int(PLATEAU_BELOW * size))
         below = size
-    windows["DRAM"] = (int(DRAM_ABOVE * sum(cache_bytes_by_level.values())), high)
+    windows[memory_level] = (int(DRAM_ABOVE * sum(cache_bytes_by_level.values())), high)
     return windows
+
+
+def check_supported(backend: Backend, settings: CeilingSettings) -> None:
+    """Refuse, before measuring anything, what this backend cannot measure."""
+    for what, asked, known in (
+        ("stream kernel", settings.kernels, backend.stream_kernels),
+        ("FMA dtype", settings.fma_dtypes, backend.fma_dtypes),
+        ("library GEMM dtype", settings.blas_dtypes, backend.gemm_dtypes),
+    ):
+        missing = [item for item in asked if item not in known]
+        if missing:
+            raise BackendError(
+                f"backend {backend.name} has no {what} {', '.join(map(repr, missing))}; "
+                f"supported: {', '.join(known)}"
+            )
+
+
+def _flags(tables: dict, config_ids: set[str], max_clock_change: float) -> dict:
+    readings = [c for c in tables["conditions"] if c["config_id"] in config_ids]
+    return clock_flags(readings, max_clock_change)
 
 
 def units_for_window(seconds_for: Callable[[int], float], window_s: float) -> int:
@@ -128,13 +154,14 @@ def time_workload(
 def run_ceilings(
     backend: Backend, settings: CeilingSettings, run_id: str | None = None
 ) -> dict[str, list[dict]]:
+    check_supported(backend, settings)
     run_id = run_id or new_run_id()
     started = utc_now()
     threads = settings.threads or backend.default_threads()
     caches = backend.cache_bytes_by_level()
     high = settings.max_working_set_bytes or 8 * sum(caches.values())
     sizes = working_set_sizes(settings.min_working_set_bytes, high, settings.points_per_octave)
-    level_windows = plateaus(caches, high)
+    level_windows = plateaus(caches, high, backend.memory_level)
     tables: dict[str, list[dict]] = {
         "conditions": [],
         "ceilings": [],
@@ -148,7 +175,7 @@ def run_ceilings(
     # FMA rounds are spread over the whole run (first, after each bandwidth kernel, last) and each
     # dtype keeps its best round: a ceiling is the best sustained rate, and a slow spell of a
     # shared machine (seen here: seconds at about half speed) then costs a round, not the ceiling.
-    best: dict[str, tuple[float, int]] = {}
+    best: dict[str, tuple[float, int, int, str]] = {}  # rate, iterations, threads, config_id
     rounds = 0
 
     def fma_round() -> None:
@@ -156,44 +183,57 @@ def run_ceilings(
         for dtype in settings.fma_dtypes:
             config_id = f"fma/{dtype}/round{rounds}"
             tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
-            rate, iters, _ = time_workload(
-                backend, backend.fma_workload(dtype, threads), settings.window_s, settings.windows
-            )
+            workload = backend.fma_workload(dtype, threads)
+            with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
+                rate, iters, _ = time_workload(
+                    backend, workload, settings.window_s, settings.windows
+                )
+            tables["conditions"].extend(during_rows(run_id, during))
             tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
-            best[dtype] = max(best.get(dtype, (0.0, 0)), (rate, iters))
+            if rate > best.get(dtype, (0.0,))[0]:
+                best[dtype] = (rate, iters, workload.threads or threads, config_id)
             progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s")
         rounds += 1
 
     fma_round()
     for kernel in settings.kernels:
-        tables["conditions"].append(conditions_row(backend, run_id, "before", f"stream/{kernel}"))
+        stream_id = f"stream/{kernel}"
+        tables["conditions"].append(conditions_row(backend, run_id, "before", stream_id))
         points = []
-        for size in sizes:
-            workload = backend.stream_workload(kernel, size, threads)
-            rate, reps, iqr = time_workload(backend, workload, settings.window_s, settings.windows)
-            working_set = workload.amount_per_unit  # one pass touches the whole working set
-            level = next(
-                (name for name, (lo, hi) in level_windows.items() if lo <= working_set <= hi), None
-            )
-            points.append((working_set, rate, level))
-            tables["ceiling_sweep"].append(
-                {
-                    "run_id": run_id,
-                    "kernel": kernel,
-                    "working_set_bytes": working_set,
-                    "threads": threads,
-                    "value": rate,
-                    "unit": "B/s",
-                    "reps": reps,
-                    "n_windows": settings.windows,
-                    "window_s": settings.window_s,
-                    "iqr_ratio": iqr,
-                    "level": level,
-                }
-            )
-            done += 1
-            progress.update(f"{kernel} {working_set} B: {rate / 1e9:.1f} GB/s", done / total)
-        tables["conditions"].append(conditions_row(backend, run_id, "after", f"stream/{kernel}"))
+        kernel_threads = threads
+        with backend.sampling_conditions(stream_id) as during, backend.nvtx_range(stream_id):
+            for size in sizes:
+                workload = backend.stream_workload(kernel, size, threads)
+                kernel_threads = workload.threads or threads
+                rate, reps, iqr = time_workload(
+                    backend, workload, settings.window_s, settings.windows
+                )
+                working_set = workload.amount_per_unit  # one pass touches the whole working set
+                level = next(
+                    (name for name, (lo, hi) in level_windows.items() if lo <= working_set <= hi),
+                    None,
+                )
+                points.append((working_set, rate, level))
+                tables["ceiling_sweep"].append(
+                    {
+                        "run_id": run_id,
+                        "kernel": kernel,
+                        "working_set_bytes": working_set,
+                        "threads": kernel_threads,
+                        "value": rate,
+                        "unit": "B/s",
+                        "reps": reps,
+                        "n_windows": settings.windows,
+                        "window_s": settings.window_s,
+                        "iqr_ratio": iqr,
+                        "level": level,
+                    }
+                )
+                done += 1
+                progress.update(f"{kernel} {working_set} B: {rate / 1e9:.1f} GB/s", done / total)
+        tables["conditions"].extend(during_rows(run_id, during))
+        tables["conditions"].append(conditions_row(backend, run_id, "after", stream_id))
+        flags = _flags(tables, {stream_id}, settings.max_clock_change)
         for level, (lo, hi) in level_windows.items():
             on_plateau = [(ws, rate) for ws, rate, name in points if name == level]
             if not on_plateau:
@@ -214,10 +254,11 @@ def run_ceilings(
                         f"traffic not counted"
                     ),
                     "cache_state": "warm",
-                    "threads": threads,
+                    "threads": kernel_threads,
                     "working_set_min_bytes": min(ws for ws, _ in on_plateau),
                     "working_set_max_bytes": max(ws for ws, _ in on_plateau),
                     "n_points": len(on_plateau),
+                    **flags,
                 }
             )
         fma_round()
@@ -226,7 +267,7 @@ def run_ceilings(
         tables["ceilings"].append(_blas_ceiling(backend, dtype, settings, run_id, tables, progress))
     fma_round()
 
-    for dtype, (rate, iters) in best.items():
+    for dtype, (rate, iters, fma_threads, config_id) in best.items():
         tables["ceilings"].append(
             {
                 "run_id": run_id,
@@ -237,13 +278,14 @@ def run_ceilings(
                 "value": rate,
                 "unit": "FLOP/s",
                 "method": (
-                    f"independent SIMD FMA chains, {iters} iterations per window; best of "
-                    f"{rounds} rounds spread over the run, each the median of {settings.windows} "
-                    f"windows of >= {settings.window_s} s; FMA = 2 FLOP"
+                    f"independent FMA chains in registers (SIMD on a CPU), {iters} iterations "
+                    f"per window; best of {rounds} rounds spread over the run, each the median "
+                    f"of {settings.windows} windows of >= {settings.window_s} s; FMA = 2 FLOP"
                 ),
                 "cache_state": "warm",
-                "threads": threads,
+                "threads": fma_threads,
                 "n_points": rounds,
+                **_flags(tables, {config_id}, settings.max_clock_change),
             }
         )
 
@@ -266,9 +308,16 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     config_id = f"blas/{dtype}/n{n}"
     operands = backend.gemm_operands(n, n, n, dtype, "nn", seed=0)
     tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
-    samples = measure(
-        lambda: backend.matmul(operands), backend, settings.blas_timing, "warm", progress
-    )
+    with backend.sampling_conditions(config_id) as during:
+        samples = measure(
+            lambda: backend.matmul(operands),
+            backend,
+            settings.blas_timing,
+            "warm",
+            progress,
+            label=config_id,
+        )
+    tables["conditions"].extend(during_rows(run_id, during))
     tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
     tables["samples"].extend(
         {
@@ -285,18 +334,19 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     return {
         "run_id": run_id,
         "kind": "compute",
-        "name": f"{dtype}_blas",
+        "name": backend.library_path(dtype),
         "kernel": "matmul",
         "dtype": dtype,
         "value": 2 * n**3 / summary.median_s,
         "unit": "FLOP/s",
         "method": (
-            f"library GEMM (numpy matmul / BLAS) of {n}x{n}x{n}, median of "
+            f"{backend.library_description(dtype)} of {n}x{n}x{n}, median of "
             f"{summary.n_samples} warm samples"
         ),
         "cache_state": "warm",
         "threads": backend.library_threads(),
         "n_points": 1,
+        **_flags(tables, {config_id}, settings.max_clock_change),
     }
 
 

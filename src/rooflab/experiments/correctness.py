@@ -1,19 +1,29 @@
 """Correct before timed: one GEMM result checked against a float64 reference (DESIGN.md §4).
 
-Tolerances, with u the unit roundoff of the dtype the products are computed in
-(fp64 2^-53, fp32 2^-24, tf32 and fp16 2^-11, bf16 2^-8):
+The reference is computed from the operands exactly as stored, so rounding the inputs to their
+dtype is not an error. What remains has three sources, each with its unit roundoff (`ROUNDING`):
+u_out for rounding the result to the output dtype, u_in for rounding the inputs *inside* the GEMM
+(tf32 only: fp32 operands, TF32 products), and u_acc for the K-term accumulation. fp64 and fp32
+GEMMs have u_out = u_acc = u of the dtype (2^-53, 2^-24) and u_in = 0; the GPU's tensor-core paths
+(tf32, fp16, bf16) accumulate in fp32 with u_acc = 2^-23 (twice fp32's: tensor cores may truncate
+rather than round) and store fp32 (u_out 2^-24), fp16 (2^-11) or bf16 (2^-8). Tolerances:
 
-- relative Frobenius error  ||Y - Y_ref||_F / ||Y_ref||_F  <=  u * (2 + 4 * sqrt(K))
-  (rounding errors of K-term sums grow like sqrt(K) on random data; 4x margin; 2u for rounding
-  the inputs' products and the stored output);
-- componentwise  max_ij |Y - Y_ref|_ij / (|X| |W|)_ij  <=  u * (K + 2)
-  (the deterministic bound gamma_K of Higham, Accuracy and Stability, §3.5, plus output rounding;
-  catches one wrong element that the Frobenius norm of a large matrix would dilute);
+- relative Frobenius error  ||Y - Y_ref||_F / ||Y_ref||_F
+  <=  2 u_out + 2 u_in + 4 sqrt(K) u_acc
+  (rounding errors of K-term sums grow like sqrt(K) on random data, 4x margin; the rest for the
+  output and the in-GEMM input rounding); for fp64 and fp32 this is u (2 + 4 sqrt(K));
+- componentwise  max_ij |Y - Y_ref|_ij / (|X| |W|)_ij  <=  u_out + 2 u_in + (K + 1) u_acc
+  (the deterministic bound gamma_K of Higham, Accuracy and Stability, §3.5, plus the roundings;
+  catches one wrong element that the Frobenius norm of a large matrix would dilute); for fp64 and
+  fp32 this is u (K + 2);
 - every element finite: the output is filled with NaN before the run, so an element the kernel
   did not write fails, and NaN or Inf never passes.
 
 Large outputs are checked on sampled rows and columns (always including the last, where tails
-live); the counts are recorded.
+live); the counts are recorded. The reference is computed where the operands live (`xp` is numpy
+or CuPy): on a GPU, the sampled rows and columns are converted to float64 and multiplied on the
+device, and only the sampled results come to the host. bf16 operands are uint16 bit patterns
+(rooflab.backends.bfloat16); tf32 operands are float32 (the rounding happens inside the GEMM).
 """
 
 from __future__ import annotations
@@ -23,6 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rooflab.backends.bfloat16 import bf16_bits_to_float32, count_non_finite_bf16
+
+# Unit roundoff of each dtype's values (tf32: of its products' inputs).
 UNIT_ROUNDOFF = {
     "fp64": 2.0**-53,
     "fp32": 2.0**-24,
@@ -30,13 +43,33 @@ UNIT_ROUNDOFF = {
     "fp16": 2.0**-11,
     "bf16": 2.0**-8,
 }
+_TENSOR_ACCUMULATE = 2.0**-23  # fp32 accumulation that may truncate (tensor cores)
+
+
+@dataclass(frozen=True)
+class Rounding:
+    output: float  # u_out: the result stored in the output dtype
+    inputs: float  # u_in: inputs rounded inside the GEMM (0 when used as stored)
+    accumulate: float  # u_acc: the K-term sums
+
+
+ROUNDING = {
+    "fp64": Rounding(UNIT_ROUNDOFF["fp64"], 0.0, UNIT_ROUNDOFF["fp64"]),
+    "fp32": Rounding(UNIT_ROUNDOFF["fp32"], 0.0, UNIT_ROUNDOFF["fp32"]),
+    "tf32": Rounding(UNIT_ROUNDOFF["fp32"], UNIT_ROUNDOFF["tf32"], _TENSOR_ACCUMULATE),
+    "fp16": Rounding(UNIT_ROUNDOFF["fp16"], 0.0, _TENSOR_ACCUMULATE),
+    "bf16": Rounding(UNIT_ROUNDOFF["bf16"], 0.0, _TENSOR_ACCUMULATE),
+}
 MAX_CHECKED_ROWS = 256
 MAX_CHECKED_COLS = 256
 
 
 def tolerances(dtype: str, k: int) -> dict[str, float]:
-    u = UNIT_ROUNDOFF[dtype]
-    return {"rel_frobenius": u * (2 + 4 * math.sqrt(k)), "max_componentwise": u * (k + 2)}
+    r = ROUNDING[dtype]
+    return {
+        "rel_frobenius": 2 * r.output + 2 * r.inputs + 4 * math.sqrt(k) * r.accumulate,
+        "max_componentwise": r.output + 2 * r.inputs + (k + 1) * r.accumulate,
+    }
 
 
 @dataclass(frozen=True)
@@ -55,13 +88,34 @@ def _sample(count: int, limit: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(np.append(chosen, count - 1))
 
 
+def as_float64(xp, array, dtype: str):
+    """An operand or result as float64 (bf16 bit patterns decoded; others cast exactly)."""
+    if dtype == "bf16":
+        return bf16_bits_to_float32(xp, array).astype(xp.float64)
+    return array.astype(xp.float64)
+
+
+def count_non_finite(xp, array, dtype: str) -> int:
+    """NaN and Inf elements of a whole result, without a float64 copy of it."""
+    if dtype == "bf16":
+        return count_non_finite_bf16(xp, array)
+    return int(array.size - int(xp.count_nonzero(xp.isfinite(array))))
+
+
+def _host(xp, array) -> np.ndarray:
+    return xp.asnumpy(array) if hasattr(xp, "asnumpy") else np.asarray(array)
+
+
 def check_gemm(
-    x: np.ndarray, w: np.ndarray, y: np.ndarray, layout: str, dtype: str, seed: int = 0
+    x, w, y, layout: str, dtype: str, seed: int = 0, xp=np
 ) -> tuple[list[Check], int, int]:
-    """Checks of Y against X·W (W used transposed for layout nt); returns checks, rows, cols."""
+    """Checks of Y against X·W (W used transposed for layout nt); returns checks, rows, cols.
+
+    x, w, y are arrays of `xp` (numpy, or CuPy for operands on a GPU) in dtype's storage.
+    """
     m, k = x.shape
     n = y.shape[1]
-    non_finite = int(y.size - np.count_nonzero(np.isfinite(y)))
+    non_finite = count_non_finite(xp, y, dtype)
     checks = [
         Check(
             "finite",
@@ -73,13 +127,14 @@ def check_gemm(
     ]
     rng = np.random.default_rng(seed)
     rows, cols = _sample(m, MAX_CHECKED_ROWS, rng), _sample(n, MAX_CHECKED_COLS, rng)
-    x64 = x[rows].astype(np.float64)
+    rows_at, cols_at = xp.asarray(rows), xp.asarray(cols)
+    x64 = as_float64(xp, x[rows_at], dtype)
     w_kn = w if layout == "nn" else w.T
-    w64 = w_kn[:, cols].astype(np.float64)
-    reference = x64 @ w64
-    scale = np.abs(x64) @ np.abs(w64)
-    got = y[np.ix_(rows, cols)].astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
+    w64 = as_float64(xp, w_kn[:, cols_at], dtype)
+    reference = _host(xp, x64 @ w64)
+    scale = _host(xp, xp.abs(x64) @ xp.abs(w64))
+    got = _host(xp, as_float64(xp, y[rows_at][:, cols_at], dtype))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         difference = got - reference
         rel_frobenius = float(np.linalg.norm(difference) / np.linalg.norm(reference))
         componentwise = float(np.max(np.abs(difference) / scale))

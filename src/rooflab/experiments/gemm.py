@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from rooflab.backends.base import Backend, BackendError
 from rooflab.experiments.correctness import check_gemm
-from rooflab.experiments.runs import conditions_row, run_row
+from rooflab.experiments.runs import conditions_row, during_rows, run_row
 from rooflab.experiments.timing import Progress, TimingSettings, measure, summarize
 from rooflab.model import gemm_ledger, tensor_bytes
+from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
 
@@ -122,15 +123,18 @@ def run_gemm_sweep(
 
 def _check_config(backend, config, operands, run_id, seed, tables) -> bool:
     backend.poison(operands.y)
-    backend.matmul(operands)
-    backend.synchronize()
+    with backend.nvtx_range(f"{config.config_id}/correctness"):
+        backend.matmul(operands)
+        backend.synchronize()
+    # Where the operands live (numpy, or CuPy on the device): only sampled results come back.
     checks, rows, cols = check_gemm(
-        backend.to_host(operands.x),
-        backend.to_host(operands.w),
-        backend.to_host(operands.y),
+        operands.x,
+        operands.w,
+        operands.y,
         config.layout,
         config.dtype,
         seed=seed,
+        xp=backend.array_module,
     )
     for check in checks:
         tables["correctness"].append(
@@ -160,9 +164,20 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
     shape = {"m": config.m, "n": config.n, "k": config.k}
     ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
     for cache_state in sweep["cache_states"]:
-        tables["conditions"].append(conditions_row(backend, run_id, "before", config.config_id))
-        samples = measure(lambda: backend.matmul(operands), backend, timing, cache_state, progress)
-        tables["conditions"].append(conditions_row(backend, run_id, "after", config.config_id))
+        before = conditions_row(backend, run_id, "before", config.config_id)
+        with backend.sampling_conditions(config.config_id) as during:
+            samples = measure(
+                lambda: backend.matmul(operands),
+                backend,
+                timing,
+                cache_state,
+                progress,
+                label=f"{config.config_id}/{cache_state}",
+            )
+        after = conditions_row(backend, run_id, "after", config.config_id)
+        readings = [before, *during_rows(run_id, during), after]
+        tables["conditions"].extend(readings)
+        flags = clock_flags(readings, timing.max_clock_change)
         tables["samples"].extend(
             {
                 **ids,
@@ -196,5 +211,6 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
                 "noisy": summary.noisy,
                 "flush_method": backend.flush_method if cache_state == "cold" else None,
                 "flush_bytes": backend.flush_bytes if cache_state == "cold" else 0,
+                **flags,
             }
         )

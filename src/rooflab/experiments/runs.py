@@ -34,6 +34,8 @@ def run_row(
         "ended_at": ended_at,
         **metadata,
         **as_json,
+        "backend_requested": backend.backend_requested,
+        "backend_note": backend.backend_note,
         "git_commit": commit,
         "git_dirty": dirty,
         "config_hash": stable_hash(settings),
@@ -42,6 +44,15 @@ def run_row(
 
 
 def conditions_row(backend: Backend, run_id: str, phase: str, config_id: str | None = None) -> dict:
-    reading = backend.read_conditions(phase, config_id)
+    return _as_row(run_id, backend.read_conditions(phase, config_id))
+
+
+def during_rows(run_id: str, readings: list[dict]) -> list[dict]:
+    """Rows of the readings a backend sampled in the background during a measurement."""
+    return [_as_row(run_id, reading) for reading in readings]
+
+
+def _as_row(run_id: str, reading: dict) -> dict:
+    reading = dict(reading)
     reading["unavailable"] = json.dumps(reading.get("unavailable") or {}, sort_keys=True)
     return {"run_id": run_id, **reading}

@@ -26,6 +26,7 @@ class TimingSettings:
     min_samples: int = 10
     max_samples: int = 10000
     noisy_iqr_ratio: float = 0.1
+    max_clock_change: float = 0.05  # flag a measurement whose clock range exceeds this fraction
 
     @classmethod
     def from_config(cls, timing: dict) -> TimingSettings:
@@ -86,28 +87,33 @@ def measure(
     settings: TimingSettings,
     cache_state: str,
     progress: Progress | None = None,
+    label: str | None = None,
 ) -> list[Sample]:
+    """Warm up, then take samples; `label` names the sampling phase for profilers (NVTX)."""
     if cache_state not in CACHE_STATES:
         raise ValueError(f"cache_state must be one of {CACHE_STATES}, got {cache_state!r}")
 
-    # Warm-up: library initialisation, first touch, thread pools; by time, with a floor on calls.
+    # Warm-up: library initialisation, first touch, thread pools, kernel loading, GEMM heuristics;
+    # by time, with a floor on calls. Each call is waited for, so the time is the device's work,
+    # not how fast the host can queue it (a deep queue of large GEMMs would take seconds to drain).
     started, calls = time.perf_counter(), 0
     while calls < settings.warmup_min_calls or time.perf_counter() - started < settings.warmup_s:
         call()
+        backend.synchronize()
         calls += 1
-    backend.synchronize()
 
     samples: list[Sample] = []
-    started = time.perf_counter()
-    while len(samples) < settings.max_samples:
-        elapsed = time.perf_counter() - started
-        if len(samples) >= settings.min_samples and elapsed >= settings.min_time_s:
-            break
-        if cache_state == "cold":
-            backend.flush_cache()  # outside the timed region
-            backend.synchronize()
-        seconds = backend.time_call(call)
-        samples.append(Sample(seconds, backend.sample_clock_mhz()))
-        if progress:
-            progress.update(f"{cache_state}: {len(samples)} samples")
+    with backend.nvtx_range(label or f"rooflab/{cache_state}"):
+        started = time.perf_counter()
+        while len(samples) < settings.max_samples:
+            elapsed = time.perf_counter() - started
+            if len(samples) >= settings.min_samples and elapsed >= settings.min_time_s:
+                break
+            if cache_state == "cold":
+                backend.flush_cache()  # outside the timed region
+                backend.synchronize()
+            seconds = backend.time_call(call)
+            samples.append(Sample(seconds, backend.sample_clock_mhz()))
+            if progress:
+                progress.update(f"{cache_state}: {len(samples)} samples")
     return samples

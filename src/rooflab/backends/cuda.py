@@ -1,0 +1,515 @@
+"""The CUDA backend: CuPy for device memory, cuBLAS (gemmEx) for GEMM, CUDA C kernels for ceilings.
+
+Read against DESIGN.md §4:
+
+- Timing: CUDA events on one dedicated non-blocking stream. Each sample enqueues the stream-holding
+  kernel (kernels/timing.cu), the start event, the call, the stop event, and only then lets the
+  stream go, so the interval holds the device's work back to back and none of the host's time to
+  enqueue it. The host waits on the stop event (explicit synchronisation) before reading it.
+- Cold cache: `flush_cache` reads and writes a device buffer of 2x the L2 size
+  (cudaDevAttrL2CacheSize) on the same stream, before the sample's events.
+- Conditions: NVML (rooflab.nvml_conditions), read only; a background sampler runs during each
+  measurement.
+- GEMM: cublasGemmEx on rooflab's own cuBLAS handle (default math mode, host pointer mode), with
+  the data and compute types of rooflab.backends.cublas_args.GEMM_TYPES: fp64, fp32, TF32 tensor
+  cores (fp32 data), fp16 and bf16 (fp32 accumulate); bf16 operands are uint16 bit patterns.
+- Ceilings: kernels/stream.cu and kernels/fma.cu through cupy.RawModule (NVRTC), grid = SM count
+  x resident blocks per SM.
+
+Everything runs on device 0 (set CUDA_VISIBLE_DEVICES to pick another GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import platform
+import re
+import weakref
+from collections.abc import Callable, Iterator
+from importlib import metadata, resources
+
+import numpy as np
+
+from rooflab import machine
+from rooflab.backends.base import Backend, BackendError, GemmOperands, Workload
+from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
+from rooflab.backends.cublas_args import GEMM_TYPES, row_major_gemm
+from rooflab.backends.random_operands import random_nonzero
+from rooflab.nvml_conditions import ConditionSampler, GpuMonitor
+
+BLOCK = 256  # threads per block of every rooflab kernel
+STREAM_ARRAYS = {"read": 1, "copy": 2, "triad": 3}
+VECTOR_BYTES = 16  # one double2 per access
+HOLD_TIMEOUT_S = 2.0
+_STREAM_INIT = 1.0  # positive data: the read kernel's sum can never equal its sentinel
+_READ_SENTINEL = -1.0
+
+# (x, y) of acc = acc * x + y per dtype: the chain converges to y / (1 - x) = 1.
+_FMA_FP64 = (np.float64(0.999999), np.float64(1e-6))
+_FMA_FP32 = (np.float32(0.9999), np.float32(1e-4))
+_FMA_FP16 = (np.float16(1 - 2.0**-11), np.float16(2.0**-11), np.float16(1.0))
+
+
+def kernel_source(name: str) -> str:
+    """The text of src/rooflab/kernels/<name>.cu (shipped inside the wheel)."""
+    return resources.files("rooflab").joinpath("kernels", f"{name}.cu").read_text()
+
+
+def fma_kernel_shape() -> tuple[int, int]:
+    """(chains, repeat) of kernels/fma.cu: FMAs per thread per iteration = chains x repeat."""
+    source = kernel_source("fma")
+    values = {}
+    for name in ("ROOFLAB_CHAINS", "ROOFLAB_REPEAT"):
+        match = re.search(rf"^#define {name} (\d+)$", source, flags=re.MULTILINE)
+        if match is None:
+            raise BackendError(f"kernels/fma.cu does not define {name}")
+        values[name] = int(match.group(1))
+    return values["ROOFLAB_CHAINS"], values["ROOFLAB_REPEAT"]
+
+
+def fma_flops_per_iteration(dtype: str, threads: int) -> int:
+    """FLOP of one iteration of fma_<dtype> over `threads` threads (an FMA is 2 FLOP)."""
+    chains, repeat = fma_kernel_shape()
+    lanes = {"fp64": 1, "fp32": 1, "fp16": 2}[dtype]  # fp16 runs half2: two lanes per FMA
+    return 2 * chains * repeat * lanes * threads
+
+
+def stream_vectors(kernel: str, working_set_bytes: int, threads: int) -> int:
+    """16-byte vectors per array for a working set: a multiple of the launched threads (every
+    thread the same share) when the set is that large, else of a warp (32); at least 32."""
+    if kernel not in STREAM_ARRAYS:
+        raise BackendError(f"unknown stream kernel {kernel!r}; known: {', '.join(STREAM_ARRAYS)}")
+    vectors = working_set_bytes // (VECTOR_BYTES * STREAM_ARRAYS[kernel])
+    unit = threads if vectors >= threads else 32
+    return max(32, vectors // unit * unit)
+
+
+def _version_text(version: int) -> str:
+    """CUDA's integer versions: 12040 -> '12.4'."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    stream_kernels = tuple(STREAM_ARRAYS)
+    fma_dtypes = ("fp64", "fp32", "fp16")
+    memory_level = "HBM"
+
+    def __init__(self, device_id: int = 0, conditions_period_s: float = 0.01) -> None:
+        import cupy
+        from cupy.cuda import runtime
+        from cupy_backends.cuda.api import driver
+        from cupy_backends.cuda.libs import cublas
+
+        self._cp, self._runtime, self._driver, self._cublas = cupy, runtime, driver, cublas
+        self.array_module = cupy
+        self.device = cupy.cuda.Device(device_id)
+        self.device.use()
+        attributes = self.device.attributes
+        properties = runtime.getDeviceProperties(device_id)
+        self.sm_count = int(attributes["MultiProcessorCount"])
+        self.l2_bytes = int(attributes["L2CacheSize"])
+        self.max_threads_per_sm = int(attributes["MaxThreadsPerMultiProcessor"])
+        self.compute_capability = int(self.device.compute_capability)  # e.g. 90
+        self.device_name = _text(properties["name"])
+        self.memory_bytes = int(properties["totalGlobalMem"])
+        self.pci_bus_id = self.device.pci_bus_id
+        tensor = self.compute_capability >= 80  # bf16 and TF32 GEMM, FP64 tensor cores
+        self.gemm_dtypes = (
+            ("fp64", "fp32", "tf32", "fp16", "bf16") if tensor else ("fp64", "fp32", "fp16")
+        )
+        self._library_paths = {
+            "fp64": "fp64_tensor" if tensor else "fp64_cublas",
+            "fp32": "fp32_cublas",
+            "tf32": "tf32_tensor",
+            "fp16": "fp16_tensor",
+            "bf16": "bf16_tensor",
+        }
+
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self._start, self._stop = cupy.cuda.Event(), cupy.cuda.Event()
+        self._modules = {
+            name: cupy.RawModule(code=kernel_source(name), options=("-std=c++17",))
+            for name in ("stream", "fma", "timing")
+        }
+        self._kernels = {
+            name: self._modules[module].get_function(name)  # compiles (NVRTC, cached on disk)
+            for module, names in (
+                ("stream", ("stream_read", "stream_copy", "stream_triad", "flush_rmw")),
+                ("fma", ("fma_fp64", "fma_fp32", "fma_fp16")),
+                ("timing", ("hold_stream",)),
+            )
+            for name in names
+        }
+
+        # cuBLAS: a handle of our own, so no one else's math mode (CUPY_TF32) reaches fp32.
+        self._handle = cublas.create()
+        weakref.finalize(self, cublas.destroy, self._handle)
+        cublas.setMathMode(self._handle, cublas.CUBLAS_DEFAULT_MATH)
+        cublas.setPointerMode(self._handle, cublas.CUBLAS_POINTER_MODE_HOST)
+
+        # Flags of the stream-holding kernel, in mapped pinned host memory (unified addressing
+        # makes the host pointer valid on the device).
+        self._flags_ptr = runtime.hostAlloc(8, runtime.hostAllocMapped)
+        weakref.finalize(self, runtime.freeHost, self._flags_ptr)
+        self._release = ctypes.c_int32.from_address(self._flags_ptr)
+        self._timed_out = ctypes.c_int32.from_address(self._flags_ptr + 4)
+        self.hold_stream = True
+        self.timing_note = ""
+        self._samples_timed = 0
+
+        self.flush_bytes = 2 * self.l2_bytes
+        self.flush_method = (
+            f"read-modify-write of a {self.flush_bytes} B device buffer (2x the "
+            f"{self.l2_bytes} B L2) by a kernel on the measuring stream before each sample, "
+            "outside its events"
+        )
+        with self._stream:
+            self._flush_buffer = cupy.zeros(self.flush_bytes // 8, dtype=cupy.float64)
+        self._flush_grid = self._grid(self._kernels["flush_rmw"], self.default_threads())
+
+        self.monitor = GpuMonitor(self.pci_bus_id)
+        self._conditions_period_s = conditions_period_s
+        self._static = self.monitor.static_info()
+        self.host = machine.cpu_identity()
+        self.identity = self._identity()
+
+        # Load every kernel (lazy module loading would otherwise load one inside a held stream)
+        # and touch the flush buffer, so no first-use cost lands in a measurement.
+        self.flush_cache()
+        self._release.value, self._timed_out.value = 1, 0
+        with self._stream:
+            self._launch_hold()
+        for dtype in self.fma_dtypes:
+            self.fma_workload(dtype, BLOCK).run(1)
+        for kernel in self.stream_kernels:
+            self.stream_workload(kernel, 64 * 1024, BLOCK).run(1)
+        self.synchronize()
+        if self._timed_out.value:
+            raise BackendError("the stream-holding kernel timed out although it was released")
+
+    # -- identity and conditions --
+    def _identity(self) -> dict:
+        static = self._static
+        uuid = static.get("nvml_uuid")
+        key = {
+            "host_machine_id": self.host["machine_id"],
+            "gpu": uuid or f"{self.device_name} at {self.pci_bus_id}",
+        }
+        machine_id = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        gpu = {
+            "name": self.device_name,
+            "uuid": uuid,
+            "pci_bus_id": self.pci_bus_id,
+            "compute_capability": f"{self.compute_capability // 10}.{self.compute_capability % 10}",
+            "sm_count": self.sm_count,
+            "l2_bytes": self.l2_bytes,
+            "memory_bytes": self.memory_bytes,
+            "max_threads_per_sm": self.max_threads_per_sm,
+            **{k: v for k, v in static.items() if k not in ("nvml_uuid",)},
+        }
+        if not self.monitor.available:
+            gpu["unavailable"] = {**static.get("unavailable", {}), "nvml": self.monitor.error}
+        return {
+            "machine_id": machine_id,
+            "gpu": gpu,
+            # One level-2 unified cache, in the shape of the CPU identity's cache entries, so the
+            # Roofline and the report read the GPU's cache the way they read a CPU's.
+            "caches": [
+                {
+                    "level": 2,
+                    "type": "Unified",
+                    "size_bytes": self.l2_bytes,
+                    "shared_cpu_count": 0,
+                    "instances": 1,
+                    "usable_instances": 1,
+                }
+            ],
+            "host": self.host,
+        }
+
+    def run_metadata(self) -> dict:
+        runtime = self._runtime
+        from cupy_backends.cuda.libs import nvrtc
+
+        versions = {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cupy": self._cp.__version__,
+            "cuda_runtime_linked": _version_text(runtime.runtimeGetVersion()),
+            "cuda_runtime_local": _version_text(self._cp.cuda.get_local_runtime_version()),
+            "cuda_driver_api": _version_text(runtime.driverGetVersion()),
+            "nvrtc": ".".join(map(str, nvrtc.getVersion())),
+            "cublas": self._cublas.getVersion(self._handle),
+            "nvidia-ml-py": _package_version("nvidia-ml-py"),
+        }
+        timing = (
+            "CUDA events on a dedicated non-blocking stream; "
+            + (
+                "stream held by a spinning kernel while each sample is enqueued (device time only)"
+                if self.hold_stream
+                else "events recorded as the call is enqueued"
+            )
+            + (f"; {self.timing_note}" if self.timing_note else "")
+        )
+        identity = {**self.identity, "timing_method": timing}
+        return {
+            "host": self.host["hostname"],
+            "machine_id": self.identity["machine_id"],
+            "backend": self.name,
+            "device_name": self.device_name,
+            "device_uuid": self._static.get("nvml_uuid"),
+            "driver_version": self._static.get("driver_version")
+            or _version_text(runtime.driverGetVersion()),
+            "runtime_version": _version_text(runtime.runtimeGetVersion()),
+            "library_versions": versions,
+            "machine": identity,
+            "blas": {
+                "library": "cuBLAS",
+                "version": versions["cublas"],
+                "call": "cublasGemmEx on rooflab's own handle",
+                "math_mode": "CUBLAS_DEFAULT_MATH",
+                "types": {dtype: types.description for dtype, types in GEMM_TYPES.items()},
+            },
+        }
+
+    def read_conditions(self, phase: str, config_id: str | None = None) -> dict:
+        return self.monitor.reading(phase, config_id)
+
+    def sample_clock_mhz(self) -> float | None:
+        return self.monitor.sm_clock_mhz()
+
+    @contextlib.contextmanager
+    def sampling_conditions(self, config_id: str | None = None) -> Iterator[list[dict]]:
+        readings: list[dict] = []
+        if not self.monitor.available:
+            yield readings
+            return
+        sampler = ConditionSampler(self.monitor, config_id, self._conditions_period_s).start()
+        try:
+            yield readings
+        finally:
+            readings.extend(sampler.stop())
+
+    @contextlib.contextmanager
+    def nvtx_range(self, label: str) -> Iterator[None]:
+        from cupy.cuda import nvtx
+
+        if not nvtx.available:
+            yield
+            return
+        nvtx.RangePush(label)
+        try:
+            yield
+        finally:
+            nvtx.RangePop()
+
+    # -- memory and caches --
+    def memory_available_bytes(self) -> int:
+        free, _ = self._runtime.memGetInfo()
+        return int(free) + int(self._cp.get_default_memory_pool().free_bytes())
+
+    def cache_bytes_by_level(self) -> dict[str, int]:
+        return {"L2": self.l2_bytes}
+
+    def flush_cache(self) -> None:
+        n = self.flush_bytes // VECTOR_BYTES
+        with self._stream:
+            self._kernels["flush_rmw"](
+                (self._flush_grid,), (BLOCK,), (self._flush_buffer, np.uint64(n))
+            )
+
+    # -- running and timing --
+    def synchronize(self) -> None:
+        self._stream.synchronize()
+
+    def _launch_hold(self) -> None:
+        self._kernels["hold_stream"](
+            (1,),
+            (1,),
+            (
+                np.uint64(self._flags_ptr),
+                np.uint64(self._flags_ptr + 4),
+                np.uint64(int(HOLD_TIMEOUT_S * 1e9)),
+            ),
+        )
+
+    def time_call(self, call: Callable[[], object]) -> float:
+        held = self.hold_stream
+        with self._stream:
+            if held:
+                self._release.value, self._timed_out.value = 0, 0
+                self._launch_hold()
+            try:
+                self._start.record(self._stream)
+                call()
+                self._stop.record(self._stream)
+            finally:
+                self._release.value = 1
+        self._stop.synchronize()
+        self._samples_timed += 1
+        if held and self._timed_out.value:
+            # The call waited for the device while the stream was held (a lazily loaded kernel,
+            # an allocation that synchronises): never trust that sample, and stop holding.
+            self.hold_stream = False
+            self.timing_note = (
+                f"the stream-holding kernel timed out at sample {self._samples_timed}; later "
+                "samples were timed without it"
+            )
+            return self.time_call(call)
+        return self._cp.cuda.get_elapsed_time(self._start, self._stop) * 1e-3
+
+    def gemm_operands(self, m, n, k, dtype, layout, seed) -> GemmOperands:
+        self.check_dtype(dtype)
+        if layout not in ("nn", "nt"):
+            raise BackendError(f"unknown layout {layout!r}; supported: nn, nt")
+        cp, runtime, cublas = self._cp, self._runtime, self._cublas
+        types = GEMM_TYPES[dtype]
+        shape = row_major_gemm(m, n, k, layout)
+        with self._stream:
+            x = self._as_dtype(random_nonzero(cp, (m, k), seed, stream=0), dtype)
+            w_shape = (k, n) if layout == "nn" else (n, k)
+            w = self._as_dtype(random_nonzero(cp, w_shape, seed, stream=1), dtype)
+            y = cp.empty((m, n), dtype=types.storage)
+        alpha = np.ones((), dtype=types.scalar_dtype)
+        beta = np.zeros((), dtype=types.scalar_dtype)
+        data_type = getattr(runtime, types.data_type)
+        arguments = (
+            self._handle,
+            shape.transa,
+            shape.transb,
+            shape.m,
+            shape.n,
+            shape.k,
+            alpha.ctypes.data,
+            w.data.ptr,
+            data_type,
+            shape.lda,
+            x.data.ptr,
+            data_type,
+            shape.ldb,
+            beta.ctypes.data,
+            y.data.ptr,
+            data_type,
+            shape.ldc,
+            getattr(cublas, types.compute_type),
+            cublas.CUBLAS_GEMM_DEFAULT,
+        )
+        # alpha and beta travel with the arguments that point at them.
+        return GemmOperands(x, w, y, layout, dtype=dtype, plan=(arguments, alpha, beta))
+
+    def _as_dtype(self, values, dtype: str):
+        cp = self._cp
+        if dtype == "bf16":
+            return float32_to_bf16_bits(cp, values.astype(cp.float32))
+        return values.astype(GEMM_TYPES[dtype].storage)
+
+    def matmul(self, operands: GemmOperands) -> None:
+        with self._stream:
+            self._cublas.gemmEx(*operands.plan[0])
+
+    def poison(self, array) -> None:
+        with self._stream:
+            array.fill(BF16_NAN_BITS if array.dtype == np.uint16 else np.nan)
+
+    def to_host(self, array):
+        host = array.get(stream=self._stream)
+        return bf16_bits_to_float32(np, host) if host.dtype == np.uint16 else host
+
+    # -- ceilings --
+    def _grid(self, kernel, threads: int) -> int:
+        """Blocks: the threads asked for, at most what the SMs hold at once (one wave)."""
+        per_sm = self._driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, BLOCK, 0)
+        return max(1, min(self.sm_count * max(1, per_sm), -(-threads // BLOCK)))
+
+    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> Workload:
+        if kernel not in self.stream_kernels:
+            raise BackendError(
+                f"unknown stream kernel {kernel!r}; known: {', '.join(STREAM_ARRAYS)}"
+            )
+        cp = self._cp
+        function = self._kernels[f"stream_{kernel}"]
+        grid = self._grid(function, threads)
+        n = stream_vectors(kernel, working_set_bytes, grid * BLOCK)
+        with self._stream:
+            arrays = [
+                cp.full(2 * n, _STREAM_INIT + 1e-3 * j, dtype=cp.float64)
+                for j in range(STREAM_ARRAYS[kernel])
+            ]
+            sink = cp.zeros(1, dtype=cp.float64)
+
+        def run(reps: int) -> None:
+            if not 1 <= reps < 2**31:
+                raise BackendError(f"reps must be in [1, 2^31), got {reps}")
+            if kernel == "read":
+                args = (arrays[0], np.uint64(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
+            elif kernel == "copy":
+                args = (arrays[0], arrays[1], np.uint64(n), np.int32(reps))
+            else:
+                args = (*arrays, np.uint64(n), np.int32(reps), np.float64(3.0))
+            with self._stream:
+                function((grid,), (BLOCK,), args)
+
+        return Workload(
+            run=run,
+            amount_per_unit=n * VECTOR_BYTES * STREAM_ARRAYS[kernel],
+            unit="B",
+            threads=grid * BLOCK,
+        )
+
+    def fma_workload(self, dtype: str, threads: int) -> Workload:
+        if dtype not in self.fma_dtypes:
+            raise BackendError(
+                f"backend cuda has no FMA kernel for {dtype!r}; known: {', '.join(self.fma_dtypes)}"
+            )
+        cp = self._cp
+        function = self._kernels[f"fma_{dtype}"]
+        grid = self._grid(function, threads)
+        with self._stream:
+            if dtype == "fp16":
+                out = cp.empty(grid * BLOCK, dtype=cp.uint32)
+                x, y, start = (_pack_half2(value) for value in _FMA_FP16)
+                constants = (x, y, start)
+            else:
+                out = cp.empty(grid * BLOCK, dtype=cp.float64 if dtype == "fp64" else cp.float32)
+                constants = _FMA_FP64 if dtype == "fp64" else _FMA_FP32
+
+        def run(iters: int) -> None:
+            with self._stream:
+                function((grid,), (BLOCK,), (np.int64(iters), *constants, out))
+
+        return Workload(
+            run=run,
+            amount_per_unit=fma_flops_per_iteration(dtype, grid * BLOCK),
+            unit="FLOP",
+            threads=grid * BLOCK,
+        )
+
+    def default_threads(self) -> int:
+        return self.sm_count * self.max_threads_per_sm
+
+    def library_path(self, dtype: str) -> str:
+        return self._library_paths[dtype]
+
+    def library_description(self, dtype: str) -> str:
+        return f"cuBLAS gemmEx, {GEMM_TYPES[dtype].description}"
+
+
+def _pack_half2(value: np.float16) -> np.uint32:
+    """Two copies of one fp16 value in a 32-bit word, as fma.rn.f16x2 reads them."""
+    bits = int(np.float16(value).view(np.uint16))
+    return np.uint32(bits | bits << 16)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,127 @@
+// Bandwidth kernels of the GPU ceilings: read, copy and triad over fp64 arrays, plus the cache flush.
+//
+// Compiled at run time by CuPy (RawModule, NVRTC) and, in the tests, by nvcc for sm_80 and sm_90.
+// No #include: NVRTC needs none for this file, so it compiles the same wherever CuPy runs.
+//
+// - Every access is one 16-byte vector (double2), and consecutive threads touch consecutive
+//   vectors, so each warp moves whole 512-byte spans.
+// - Grid-stride loops: the grid is sized to the SM count (resident blocks per SM x SMs), each
+//   thread visits i, i + stride, ... and one call makes `reps` passes over the arrays with no
+//   barrier between passes, so the launch cost is paid once per call.
+// - Loads are ld.global.cg (cache in L2, not L1) and stores st.global.cg: the sweep measures L2
+//   and HBM, never the SMs' L1. Both are `asm volatile`, so the compiler can neither drop a pass
+//   nor merge the identical passes of a call.
+// - Bytes follow STREAM's convention per vector: read 16, copy 32, triad 48 (GPU stores of whole
+//   sectors need no read for ownership, so this is also the traffic).
+// - `read` writes its sum only when it equals `sentinel`, a value the positive data can never
+//   sum to: the loads stay live and no bytes are added.
+
+#define ROOFLAB_UNROLL 4
+
+__device__ __forceinline__ double2 load_cg(const double2* p) {
+    double2 v;
+    asm volatile("ld.global.cg.v2.f64 {%0, %1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void store_cg(double2* p, double2 v) {
+    asm volatile("st.global.cg.v2.f64 [%0], {%1, %2};" : : "l"(p), "d"(v.x), "d"(v.y) : "memory");
+}
+
+extern "C" __global__ void stream_read(const double2* a, unsigned long long n, int reps,
+                                       double sentinel, double* sink) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (int r = 0; r < reps; ++r) {
+        unsigned long long i = first;
+        for (; i + 3 * stride < n; i += ROOFLAB_UNROLL * stride) {
+            const double2 v0 = load_cg(a + i);
+            const double2 v1 = load_cg(a + i + stride);
+            const double2 v2 = load_cg(a + i + 2 * stride);
+            const double2 v3 = load_cg(a + i + 3 * stride);
+            s0 += v0.x + v0.y;
+            s1 += v1.x + v1.y;
+            s2 += v2.x + v2.y;
+            s3 += v3.x + v3.y;
+        }
+        for (; i < n; i += stride) {
+            const double2 v = load_cg(a + i);
+            s0 += v.x + v.y;
+        }
+    }
+    const double total = (s0 + s1) + (s2 + s3);
+    if (total == sentinel) {
+        sink[0] = total;
+    }
+}
+
+extern "C" __global__ void stream_copy(const double2* a, double2* b, unsigned long long n,
+                                       int reps) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int r = 0; r < reps; ++r) {
+        unsigned long long i = first;
+        for (; i + 3 * stride < n; i += ROOFLAB_UNROLL * stride) {
+            const double2 v0 = load_cg(a + i);
+            const double2 v1 = load_cg(a + i + stride);
+            const double2 v2 = load_cg(a + i + 2 * stride);
+            const double2 v3 = load_cg(a + i + 3 * stride);
+            store_cg(b + i, v0);
+            store_cg(b + i + stride, v1);
+            store_cg(b + i + 2 * stride, v2);
+            store_cg(b + i + 3 * stride, v3);
+        }
+        for (; i < n; i += stride) {
+            store_cg(b + i, load_cg(a + i));
+        }
+    }
+}
+
+__device__ __forceinline__ double2 triad_of(double2 b, double2 c, double s) {
+    double2 v;
+    v.x = fma(s, c.x, b.x);
+    v.y = fma(s, c.y, b.y);
+    return v;
+}
+
+// a = b + s * c, with s changing from pass to pass.
+extern "C" __global__ void stream_triad(double2* a, const double2* b, const double2* c,
+                                        unsigned long long n, int reps, double scalar) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int r = 0; r < reps; ++r) {
+        const double s = scalar + 1e-9 * r;
+        unsigned long long i = first;
+        for (; i + 3 * stride < n; i += ROOFLAB_UNROLL * stride) {
+            const double2 b0 = load_cg(b + i);
+            const double2 c0 = load_cg(c + i);
+            const double2 b1 = load_cg(b + i + stride);
+            const double2 c1 = load_cg(c + i + stride);
+            const double2 b2 = load_cg(b + i + 2 * stride);
+            const double2 c2 = load_cg(c + i + 2 * stride);
+            const double2 b3 = load_cg(b + i + 3 * stride);
+            const double2 c3 = load_cg(c + i + 3 * stride);
+            store_cg(a + i, triad_of(b0, c0, s));
+            store_cg(a + i + stride, triad_of(b1, c1, s));
+            store_cg(a + i + 2 * stride, triad_of(b2, c2, s));
+            store_cg(a + i + 3 * stride, triad_of(b3, c3, s));
+        }
+        for (; i < n; i += stride) {
+            store_cg(a + i, triad_of(load_cg(b + i), load_cg(c + i), s));
+        }
+    }
+}
+
+// The cold-cache flush: read and write every 16 bytes of a buffer >= 2x the L2 once, so the L2
+// holds only lines of this buffer afterwards. Runs on the measuring stream, outside the events.
+extern "C" __global__ void flush_rmw(double2* buffer, unsigned long long n) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        double2 v = buffer[i];
+        v.x += 1.0;
+        v.y += 1.0;
+        buffer[i] = v;
+    }
+}

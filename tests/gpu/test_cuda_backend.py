@@ -1,0 +1,210 @@
+"""The CUDA backend on a real GPU: GEMM correctness per dtype and layout, event timing against
+physics, the L2 flush, NVML readings, a quick ceilings run, and a small sweep end to end.
+
+Each test is small (the whole module takes well under a minute on an H200). Bounds come from the
+datasheet preset of config/devices.yaml when the device matches one: a measured bandwidth above
+the datasheet means the byte count is wrong.
+"""
+
+import statistics
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rooflab.backends.base import select_backend
+from rooflab.devices import matching_preset
+from rooflab.experiments.ceilings import QUICK, run_ceilings
+from rooflab.experiments.correctness import check_gemm
+from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.timing import TimingSettings
+from rooflab.records import to_table
+
+MiB = 1 << 20
+DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+
+
+def _datasheet_hbm(cuda) -> float:
+    preset = matching_preset(cuda.device_name)
+    return preset.bandwidth_b_per_s["HBM"] if preset else 10e12  # no preset: a generous bound
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (127, 4097, 1000)])
+def test_matmul_is_correct(cuda, dtype, layout, m, n, k):
+    import cupy
+
+    operands = cuda.gemm_operands(m, n, k, dtype, layout, seed=2)
+    cuda.poison(operands.y)
+    cuda.matmul(operands)
+    cuda.synchronize()
+    checks, rows, cols = check_gemm(
+        operands.x, operands.w, operands.y, layout, dtype, seed=2, xp=cupy
+    )
+    assert all(c.passed for c in checks), checks
+    assert rows == min(m, 256) and cols == 256
+
+
+def test_matmul_agrees_with_a_host_reference(cuda):
+    operands = cuda.gemm_operands(5, 7, 300, "bf16", "nt", seed=4)
+    cuda.matmul(operands)
+    cuda.synchronize()
+    x, w, y = (cuda.to_host(a).astype(np.float64) for a in (operands.x, operands.w, operands.y))
+    np.testing.assert_allclose(y, x @ w.T, rtol=2**-7, atol=1e-2)
+
+
+def test_unwritten_output_fails_on_the_device(cuda):
+    import cupy
+
+    operands = cuda.gemm_operands(64, 64, 64, "bf16", "nn", seed=1)
+    cuda.poison(operands.y)  # and no matmul
+    cuda.synchronize()
+    checks, _, _ = check_gemm(operands.x, operands.w, operands.y, "nn", "bf16", xp=cupy)
+    assert checks[0].metric == "finite" and not checks[0].passed
+    assert checks[0].error == 64 * 64
+
+
+def test_fp32_is_not_computed_in_tf32(cuda):
+    """The same fp32 operands: the fp32 result must pass fp32's tolerance; on large K a TF32
+    result would not (its error is about 2^-11, fp32's tolerance about 2^-24 sqrt(K))."""
+    import cupy
+
+    operands = cuda.gemm_operands(64, 256, 4096, "fp32", "nn", seed=3)
+    cuda.matmul(operands)
+    cuda.synchronize()
+    checks, _, _ = check_gemm(operands.x, operands.w, operands.y, "nn", "fp32", xp=cupy)
+    assert all(c.passed for c in checks), checks
+
+
+def test_event_timing_of_a_known_copy_is_below_the_datasheet(cuda):
+    import cupy
+
+    n = 256 * MiB // 8
+    with cuda._stream:
+        a = cupy.ones(n, dtype=cupy.float64)
+        b = cupy.empty_like(a)
+    cuda.synchronize()
+    copy = lambda: cupy.copyto(b, a)  # noqa: E731 - runs on the current (measuring) stream
+    with cuda._stream:
+        copy()
+    seconds = statistics.median(cuda.time_call(copy) for _ in range(20))
+    bandwidth = 2 * n * 8 / seconds  # read + write
+    assert 0.2 * _datasheet_hbm(cuda) < bandwidth < _datasheet_hbm(cuda)
+    host_started = time.perf_counter()
+    cuda.time_call(copy)
+    assert time.perf_counter() - host_started >= seconds * 0.9  # the host waited for the stop
+
+
+def test_held_stream_times_device_work_only(cuda):
+    """The host's time to enqueue a call is not in its sample: a call that dawdles 2 ms on the
+    host before launching a microsecond kernel reads microseconds while the stream is held, and
+    at least the 2 ms when the events are recorded as the call is enqueued."""
+    workload = cuda.stream_workload("read", 4 * MiB, cuda.default_threads())
+    workload.run(1)
+
+    def dawdle_then_launch():
+        time.sleep(0.002)
+        workload.run(1)
+
+    assert cuda.hold_stream, cuda.timing_note
+    held = statistics.median(cuda.time_call(dawdle_then_launch) for _ in range(10))
+    assert cuda.hold_stream, cuda.timing_note  # no timeout fell back
+    try:
+        cuda.hold_stream = False
+        unheld = statistics.median(cuda.time_call(dawdle_then_launch) for _ in range(10))
+    finally:
+        cuda.hold_stream = True
+    assert 0 < held < 100e-6
+    assert unheld > 0.002
+
+
+def test_flush_is_twice_the_l2_and_evicts_it(cuda):
+    assert cuda.flush_bytes >= 2 * cuda.device.attributes["L2CacheSize"]
+    assert cuda.cache_bytes_by_level() == {"L2": cuda.device.attributes["L2CacheSize"]}
+    workload = cuda.stream_workload("read", 24 * MiB, cuda.default_threads())  # fits the L2
+    workload.run(1)
+    warm = statistics.median(cuda.time_call(lambda: workload.run(1)) for _ in range(20))
+    cold = []
+    for _ in range(20):
+        cuda.flush_cache()
+        cold.append(cuda.time_call(lambda: workload.run(1)))
+    assert statistics.median(cold) > 1.3 * warm
+
+
+def test_nvml_samples_in_the_background(cuda):
+    assert cuda.monitor.available, cuda.monitor.error
+    workload = cuda.fma_workload("fp32", cuda.default_threads())
+    with cuda.sampling_conditions("probe") as during:
+        deadline = time.perf_counter() + 0.2
+        while time.perf_counter() < deadline:
+            cuda.time_call(lambda: workload.run(2000))
+    assert len(during) >= 5
+    assert all(r["phase"] == "during" and r["config_id"] == "probe" for r in during)
+    assert all(r["sm_clock_mhz"] > 100 and r["temp_c"] > 0 for r in during)
+    assert all(isinstance(r["throttle_reasons"], str) for r in during)
+    assert cuda.sample_clock_mhz() > 100
+
+
+def test_select_backend_gives_the_gpu_with_its_identity(cuda):
+    backend = select_backend("auto")
+    assert backend.name == "cuda" and backend.backend_requested == "auto"
+    assert backend.backend_note is None
+    meta = cuda.run_metadata()
+    assert meta["device_name"] and meta["device_uuid"].startswith("GPU-")
+    assert meta["driver_version"] and meta["runtime_version"]
+    assert meta["machine"]["caches"][0]["size_bytes"] == cuda.l2_bytes
+    assert meta["machine"]["gpu"]["sm_count"] == cuda.sm_count
+
+
+def test_quick_ceilings_give_l2_and_hbm_and_the_tensor_path(cuda):
+    settings = replace(
+        QUICK,
+        min_working_set_bytes=1 * MiB,
+        max_working_set_bytes=None,  # 8x the L2
+        kernels=("read", "triad"),
+        window_s=0.01,
+        fma_dtypes=("fp32", "fp16"),
+        blas_dtypes=("bf16",),
+        blas_n=4096,
+        blas_timing=TimingSettings(warmup_s=0.05, min_time_s=0.2, min_samples=5),
+    )
+    tables = run_ceilings(cuda, settings)
+    for name, rows in tables.items():
+        to_table(name, rows)  # every row fits its schema
+    value = {(r["name"], r["kernel"]): r["value"] for r in tables["ceilings"]}
+    names = {name for name, _ in value}
+    assert {"L2", "HBM", "fp32_fma", "fp16_fma", "bf16_tensor"} <= names
+    for kernel in ("read", "triad"):
+        assert value[("L2", kernel)] > value[("HBM", kernel)]
+        assert value[("HBM", kernel)] < _datasheet_hbm(cuda)
+    assert value[("bf16_tensor", "matmul")] > 2 * value[("fp32_fma", "fma_chains")]
+    for row in tables["ceilings"]:
+        assert row["sm_clock_max_mhz"] > 100 and row["clock_moved"] is not None
+    assert any(c["phase"] == "during" for c in tables["conditions"])
+
+
+def test_small_sweep_end_to_end(cuda):
+    sweep = {
+        "m": [1, 96],
+        "n": [1000],
+        "k": [1027],
+        "dtypes": ["bf16", "tf32"],
+        "layouts": ["nn", "nt"],
+        "cache_states": ["warm", "cold"],
+        "seed": 0,
+    }
+    timing = TimingSettings(warmup_s=0.02, min_time_s=0.05, min_samples=5)
+    tables = run_gemm_sweep(cuda, "gpu_small", sweep, timing)
+    for name, rows in tables.items():
+        to_table(name, rows)
+    assert all(r["passed"] for r in tables["correctness"])
+    points = tables["gemm_points"]
+    assert len(points) == 2 * 2 * 2 * 2
+    for point in points:
+        assert point["median_s"] > 0 and point["n_samples"] >= 5
+        assert point["sm_clock_min_mhz"] > 100 and isinstance(point["clock_events"], str)
+        assert (point["flush_bytes"] >= 2 * cuda.l2_bytes) == (point["cache_state"] == "cold")
+    (run,) = tables["runs"]
+    assert run["backend"] == "cuda" and run["device_uuid"]

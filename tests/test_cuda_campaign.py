@@ -1,0 +1,313 @@
+"""The GPU campaign's configuration, records and Roofline pairing, without a GPU."""
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+from rooflab.backends.base import BackendError, cuda_problem
+from rooflab.backends.cpu import CpuBackend
+from rooflab.backends.cublas_args import GEMM_TYPES
+from rooflab.config import load_config, load_yaml, validate_config
+from rooflab.experiments.ceilings import QUICK, check_supported, plateaus, run_ceilings
+from rooflab.experiments.correctness import tolerances
+from rooflab.model import gemm_ledger
+from rooflab.records import read_run, write_run
+from rooflab.roofline import latest_ceilings_by_machine, roofline_points
+from tests.conftest import run_rooflab
+
+CONFIG = Path(__file__).resolve().parents[1] / "config"
+MiB = 1 << 20
+
+
+def _gpu_campaign() -> dict:
+    """config.yaml with gpu.yaml merged over it, as `snakemake --configfile config/gpu.yaml`."""
+    merged = load_yaml(CONFIG / "config.yaml")
+    update_config(merged, load_yaml(CONFIG / "gpu.yaml"))
+    return validate_config(merged, "config.yaml + gpu.yaml")
+
+
+def test_gpu_campaign_is_gpu_only_once_merged_over_the_default():
+    merged = _gpu_campaign()
+    assert merged["backend"] == "cuda"
+    assert merged["sweeps"] == load_config(CONFIG / "gpu.yaml")["sweeps"]  # nothing of the CPU's
+    for name, sweep in merged["sweeps"].items():
+        assert set(sweep["dtypes"]) <= set(GEMM_TYPES), name
+    for name, scenario in merged["stages"].items():
+        assert scenario["memory_level"] == "HBM", name  # the GPU's memory, not DRAM
+        assert scenario["compute_path"].endswith(("_tensor", "_fma")), name
+
+
+def test_gpu_campaign_holds_the_articles_weight_reuse_sweep():
+    sweeps = load_config(CONFIG / "gpu.yaml")["sweeps"]
+    reuse = [s for s in sweeps.values() if s["n"] == s["k"] and len(s["m"]) > 10]
+    assert sorted(s["n"][0] for s in reuse) == [4096, 8192]
+    for sweep in reuse:
+        assert min(sweep["m"]) == 1 and max(sweep["m"]) == 8192
+        assert set(sweep["dtypes"]) == {"bf16", "fp16"}
+        assert set(sweep["cache_states"]) == {"warm", "cold"}
+    tails = sweeps["tails"]
+    assert set(tails["dtypes"]) == set(GEMM_TYPES) and set(tails["layouts"]) == {"nn", "nt"}
+    assert all(n % 8 and k % 8 for n in tails["n"] for k in tails["k"])  # off the tile sizes
+
+
+def test_gpu_ceilings_settings():
+    ceilings = load_config(CONFIG / "gpu.yaml")["ceilings"]
+    assert ceilings["fma_dtypes"] == ["fp64", "fp32", "fp16"]
+    assert set(ceilings["blas_dtypes"]) == set(GEMM_TYPES)
+    assert ceilings["blas_n"] >= 8192
+
+
+def test_plateaus_name_the_gpu_memory():
+    windows = plateaus({"L2": 50 * MiB}, high=1 << 30, memory_level="HBM")
+    assert windows == {"L2": (0, 25 * MiB), "HBM": (200 * MiB, 1 << 30)}
+
+
+def test_tolerances_of_the_tensor_core_dtypes():
+    assert tolerances("bf16", 1024)["rel_frobenius"] == 2 * 2.0**-8 + 4 * 32 * 2.0**-23
+    assert tolerances("fp16", 4096)["max_componentwise"] == 2.0**-11 + 4097 * 2.0**-23
+    tf32 = tolerances("tf32", 1024)
+    assert tf32["rel_frobenius"] == 2 * 2.0**-24 + 2 * 2.0**-11 + 4 * 32 * 2.0**-23
+    assert tolerances("fp32", 1024)["rel_frobenius"] < tf32["rel_frobenius"] / 50
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return CpuBackend()
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"fma_dtypes": ("fp32", "fp16")}, "no FMA dtype 'fp16'; supported: fp64, fp32"),
+        ({"blas_dtypes": ("bf16",)}, "no library GEMM dtype 'bf16'; supported: fp64, fp32"),
+    ],
+)
+def test_cpu_refuses_gpu_only_ceilings_before_measuring(cpu, change, says):
+    from dataclasses import replace
+
+    with pytest.raises(BackendError, match=says):
+        check_supported(cpu, replace(QUICK, **change))
+    with pytest.raises(BackendError, match=says):
+        run_ceilings(cpu, replace(QUICK, **change))
+
+
+def test_cli_refuses_fp16_fma_on_the_cpu_with_one_line(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"backend": "cpu", "ceilings": {"fma_dtypes": ["fp16"]}}))
+    out = tmp_path / "out"
+    result = run_rooflab("measure", "ceilings", "--config", config, "--out", out)
+    assert result.returncode == 2
+    assert "no FMA dtype 'fp16'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists() or not any(out.rglob("*.parquet"))
+
+
+def test_auto_without_a_gpu_records_the_fallback(tmp_path):
+    if cuda_problem() is None:
+        pytest.skip("a CUDA device is usable here")
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "backend": "auto",
+                "timing": {"warmup_s": 0.01, "min_time_s": 0.01, "min_samples": 3},
+                "sweeps": {"tiny": {"m": [2], "n": [8], "k": [8], "dtypes": ["fp64"]}},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    result = run_rooflab("measure", "gemm", "--config", config, "--sweep", "tiny", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "fell back to cpu" in result.stderr
+    (run_dir,) = out.iterdir()
+    (run,) = read_run(run_dir)["runs"].to_pylist()
+    assert run["backend"] == "cpu" and run["backend_requested"] == "auto"
+    assert run["backend_note"].startswith("auto: no CUDA device (looked for")
+    assert run["backend_note"].endswith("fell back to cpu")
+    (point, *_) = read_run(run_dir)["gemm_points"].to_pylist()
+    assert point["clock_moved"] is None and point["sm_clock_min_mhz"] is None  # CPU: no SM clock
+
+
+# -- Roofline pairing of a GPU run ----------------------------------------------------------------
+
+GPU_MACHINE = {
+    "gpu": {"name": "NVIDIA H200", "l2_bytes": 50 * MiB},
+    "caches": [
+        {
+            "level": 2,
+            "type": "Unified",
+            "size_bytes": 50 * MiB,
+            "shared_cpu_count": 0,
+            "instances": 1,
+            "usable_instances": 1,
+        }
+    ],
+}
+
+
+def _run_row(run_id, kind):
+    return {
+        "run_id": run_id,
+        "kind": kind,
+        "backend": "cuda",
+        "machine_id": "gpu-1",
+        "started_at": datetime(2026, 1, 1, tzinfo=UTC),
+        "machine": json.dumps(GPU_MACHINE),
+    }
+
+
+def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
+    ceilings = [
+        {"run_id": "c", "kind": "bandwidth", "name": "L2", "kernel": "read", "value": 10e12},
+        {"run_id": "c", "kind": "bandwidth", "name": "HBM", "kernel": "copy", "value": 4e12},
+        {
+            "run_id": "c",
+            "kind": "compute",
+            "name": "bf16_tensor",
+            "kernel": "matmul",
+            "value": 8e14,
+        },
+        {"run_id": "c", "kind": "compute", "name": "fp32_fma", "kernel": "fma", "value": 6e13},
+    ]
+    ceilings_dir = write_run(
+        tmp_path / "ceilings", "c", {"runs": [_run_row("c", "ceilings")], "ceilings": ceilings}
+    )
+    points = []
+    for dtype, m, n, k, state in [
+        ("bf16", 1, 4096, 4096, "warm"),  # 32 MiB of W: fits the 50 MiB L2
+        ("bf16", 1, 4096, 4096, "cold"),
+        ("bf16", 1, 8192, 8192, "warm"),  # 128 MiB: does not
+        ("fp32", 64, 64, 64, "warm"),
+        ("fp16", 64, 64, 64, "warm"),  # no fp16_tensor ceiling measured: not paired
+    ]:
+        ledger = gemm_ledger(m, n, k, dtype)
+        points.append(
+            {
+                "run_id": "g",
+                "config_id": f"s/{dtype}/m{m}_n{n}_k{k}",
+                "sweep": "s",
+                "m": m,
+                "n": n,
+                "k": k,
+                "dtype": dtype,
+                "layout": "nn",
+                "cache_state": state,
+                "median_s": 1e-5,
+                "flops": ledger.flops,
+                "bytes_model": ledger.bytes,
+            }
+        )
+    gemm_dir = write_run(
+        tmp_path / "gemm", "g", {"runs": [_run_row("g", "gemm")], "gemm_points": points}
+    )
+    machines = latest_ceilings_by_machine([ceilings_dir])
+    assert machines["gpu-1"]["caches"] == {"L2": 50 * MiB}
+    assert machines["gpu-1"]["memory_level"] == "HBM"
+    paired = [
+        (p["dtype"], p["n"], p["cache_state"], p["level"], p["compute_path"])
+        for p in roofline_points([gemm_dir], machines)
+    ]
+    assert paired == [
+        ("bf16", 4096, "warm", "L2", "bf16_tensor"),
+        ("bf16", 4096, "cold", "HBM", "bf16_tensor"),
+        ("bf16", 8192, "warm", "HBM", "bf16_tensor"),
+        ("fp32", 64, "warm", "L2", "fp32_fma"),
+    ]
+
+
+# -- the device check's summary table, on a store of a (synthetic) GPU campaign --------------------
+
+
+def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
+    from rooflab.roofline import write_points
+    from rooflab.store import ingest
+    from tests.gpu.device_summary import summary
+
+    results = tmp_path / "results"
+    machine = json.dumps({**GPU_MACHINE, "timing_method": "CUDA events; stream held"})
+    run = {
+        "backend": "cuda",
+        "machine_id": "gpu-1",
+        "host": "node",
+        "device_name": "NVIDIA H200",
+        "machine": machine,
+        "schema_version": 1,
+    }
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    ceilings = [
+        ("bandwidth", "HBM", "read", 4.1e12, False, False),
+        ("bandwidth", "HBM", "copy", 4.3e12, False, False),
+        ("bandwidth", "L2", "read", 11e12, False, False),
+        ("compute", "fp32_fma", "fma_chains", 60e12, True, False),
+        ("compute", "bf16_tensor", "matmul", 780e12, False, True),
+    ]
+    ceilings_dir = write_run(
+        results / "ceilings" / "runs",
+        "c",
+        {
+            "runs": [{**run, "run_id": "c", "kind": "ceilings", "started_at": started}],
+            "ceilings": [
+                {
+                    "run_id": "c",
+                    "kind": kind,
+                    "name": name,
+                    "kernel": kernel,
+                    "value": value,
+                    "unit": "B/s" if kind == "bandwidth" else "FLOP/s",
+                    "clock_moved": moved,
+                    "clock_capped": capped,
+                }
+                for kind, name, kernel, value, moved, capped in ceilings
+            ],
+        },
+    )
+    ledger = gemm_ledger(1, 4096, 4096, "bf16")
+    point = {
+        "run_id": "g",
+        "config_id": "weight_reuse/bf16/nn/m1_n4096_k4096",
+        "sweep": "weight_reuse",
+        "m": 1,
+        "n": 4096,
+        "k": 4096,
+        "dtype": "bf16",
+        "layout": "nn",
+        "cache_state": "cold",
+        "median_s": 10e-6,
+        "flops": ledger.flops,
+        "bytes_model": ledger.bytes,
+        "achieved_flops_per_s": ledger.flops / 10e-6,
+        "noisy": False,
+        "clock_moved": False,
+        "clock_capped": False,
+    }
+    gemm_dir = write_run(
+        results / "sweeps" / "weight_reuse" / "runs",
+        "g",
+        {
+            "runs": [{**run, "run_id": "g", "kind": "gemm", "started_at": started}],
+            "gemm_points": [point],
+        },
+    )
+    points = roofline_points([gemm_dir], latest_ceilings_by_machine([ceilings_dir]))
+    write_points(points, results / "roofline" / "roofline_points.parquet")
+    db = tmp_path / "rooflab.duckdb"
+    ingest(db, results)
+
+    lines = summary(str(db)).splitlines()
+    assert lines[0] == "device: NVIDIA H200; datasheet preset: h200-sxm"
+    hbm = next(line for line in lines if line.startswith("HBM bandwidth"))
+    assert hbm.split() == ["HBM", "bandwidth", "4.3", "TB/s", "copy", "4.8", "TB/s", "0.90"]
+    assert next(line for line in lines if line.startswith("fp32 FMA")).split()[2:4] == [
+        "60",
+        "TFLOP/s*",
+    ]
+    bf16 = next(line for line in lines if line.startswith("bf16 tensor")).split()
+    assert bf16[3:] == ["780", "TFLOP/s!", "matmul", "989", "TFLOP/s", "0.79"]
+    reuse = next(line for line in lines if line.split()[:3] == ["4096", "cold", "1"])
+    assert "HBM" in reuse and "memory" in reuse  # 33.6 MB in 10 us: 3.36 TB/s, memory-bound
+    assert "3.36 TB/s" in reuse
+    assert lines[-1] == "timing: CUDA events; stream held"
