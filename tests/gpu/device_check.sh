@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with an NVIDIA GPU: install what is missing from carried wheels, run
+# the GPU tests, run the GPU campaign end to end into a fresh store and report, and print last a
+# table of measured ceilings beside their datasheet figures and a few weight-reuse points.
+#
+#   tests/gpu/device_check.sh [WHEELS]
+#
+# WHEELS: build/wheels.tar.xz (default; made here by tests/gpu/build_wheels.sh) or a folder of
+# wheels. The machine needs Python 3.12 with cupy-cuda13x (or 12x), numpy, numba, pandas, pyarrow
+# and nvidia-ml-py; everything else comes from WHEELS, installed into a throwaway virtual
+# environment that sees the system's packages. Nothing is fetched from the network.
+# Everything it writes (log, test report, store, report, summary) goes to $OUT if set, else to
+# build/device_check/. Budget on one H200: about 8 minutes, install included.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+WHEELS=${1:-$REPO/build/wheels.tar.xz}
+OUT=${OUT:-$REPO/build/device_check}
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-/tmp/rooflab-device-venv}
+TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-150}
+CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-300}
+export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/rooflab-cupy-cache}  # kernels compiled once, reused
+
+mkdir -p "$OUT"
+exec > >(tee "$OUT/device_check.log") 2>&1
+STARTED=$SECONDS
+FAILED=()
+step() { echo; echo "== [$((SECONDS - STARTED)) s] $*"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,uuid,driver_version,persistence_mode,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv 2>&1 || echo "nvidia-smi failed"
+"$PYTHON" - <<'PY'
+import sys
+print("python", sys.version.split()[0])
+try:
+    import cupy
+    print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount())
+except Exception as error:
+    print("cupy NOT USABLE:", error)
+PY
+
+step "install from $WHEELS into $VENV"
+install() {
+    set -e
+    rm -rf "$VENV"
+    "$PYTHON" -m venv --system-site-packages "$VENV"
+    local folder=$WHEELS
+    if [[ -f $WHEELS ]]; then
+        folder=$(mktemp -d)
+        "$PYTHON" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            "$WHEELS" "$folder"
+    fi
+    # The folder is the full set of missing dependencies (pulp, only used by Snakemake's ILP
+    # scheduler, is left out: the campaign runs with --scheduler greedy), so no resolution.
+    "$VENV/bin/pip" install --quiet --no-index --no-deps "$folder"/*.whl
+    "$VENV/bin/pip" install --quiet --no-index --no-deps --no-build-isolation -e "$REPO"
+    "$VENV/bin/python" -c 'import rooflab, duckdb, snakemake, altair, vl_convert, pytest, cupy, pynvml'
+}
+if ! (install); then
+    echo "install FAILED: nothing else can run"
+    exit 1
+fi
+PY="$VENV/bin/python"
+"$PY" -c 'from rooflab.backends.base import cuda_problem; print("cuda_problem:", cuda_problem())'
+
+step "GPU tests: pytest -m gpu tests/gpu (at most ${TESTS_TIMEOUT_S} s)"
+(cd "$REPO" && timeout "$TESTS_TIMEOUT_S" "$PY" -m pytest -m gpu tests/gpu -q -rs -p no:cacheprovider \
+    --junitxml="$OUT/gpu-tests.xml") || FAILED+=("GPU tests")
+
+step "GPU campaign: snakemake --configfile config/gpu.yaml in a fresh folder (at most ${CAMPAIGN_TIMEOUT_S} s)"
+CAMPAIGN=$(mktemp -d /tmp/rooflab-campaign.XXXXXX)
+for name in Snakefile rules workflow_scripts config profiles environment.yml; do
+    cp -r "$REPO/$name" "$CAMPAIGN/"
+done
+campaign_started=$SECONDS
+(cd "$CAMPAIGN" && PATH="$VENV/bin:$PATH" timeout "$CAMPAIGN_TIMEOUT_S" snakemake --cores all \
+    --configfile config/gpu.yaml --scheduler greedy) || FAILED+=("campaign")
+echo "campaign took $((SECONDS - campaign_started)) s"
+mkdir -p "$OUT/campaign"
+cp -r "$CAMPAIGN/logs" "$OUT/campaign/" 2>/dev/null
+cp -r "$CAMPAIGN/results/report" "$OUT/campaign/" 2>/dev/null
+cp "$CAMPAIGN/results/rooflab.duckdb" "$OUT/campaign/" 2>/dev/null
+
+step "summary"
+STORE=$CAMPAIGN/results/rooflab.duckdb
+if [[ -f $STORE ]] && "$PY" "$REPO/tests/gpu/device_summary.py" "$STORE" >"$OUT/summary.txt"; then
+    :
+else
+    echo "no summary: the campaign did not reach ingest" >"$OUT/summary.txt"
+    FAILED+=("summary")
+fi
+echo "device check took $((SECONDS - STARTED)) s; failed: ${FAILED[*]:-nothing}"
+echo
+cat "$OUT/summary.txt"
+[[ ${#FAILED[@]} -eq 0 ]]
