@@ -212,12 +212,17 @@ def test_fp16_gemm_passes_its_tolerance():
     assert all(c.passed for c in check_gemm(x16, w16, y, "nn", "fp16")[0])
 
 
-def test_tf32_products_pass_tf32_and_fail_fp32():
-    """A GEMM that silently used TF32 for an fp32 request is caught by the fp32 tolerance."""
-    x, w = _operands(32, 32, 1024)
+def _truncate_tf32(values: np.ndarray) -> np.ndarray:
+    return (values.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("to_tf32", [_round_tf32, _truncate_tf32], ids=["rounded", "truncated"])
+def test_tf32_products_pass_tf32_and_fail_fp32(to_tf32):
+    """A GEMM that silently used TF32 for an fp32 request is caught by the fp32 tolerance; TF32
+    passes its own whether the hardware rounds its inputs or truncates them (biased: the worst)."""
+    x, w = _operands(32, 32, 4096)
     x32, w32 = x.astype(np.float32), w.astype(np.float32)
-    y = _round_tf32(x32).astype(np.float64) @ _round_tf32(w32).astype(np.float64)
-    y = y.astype(np.float32)
+    y = (to_tf32(x32).astype(np.float64) @ to_tf32(w32).astype(np.float64)).astype(np.float32)
     assert all(c.passed for c in check_gemm(x32, w32, y, "nn", "tf32")[0])
     by_metric = {c.metric: c for c in check_gemm(x32, w32, y, "nn", "fp32")[0]}
     assert not by_metric["rel_frobenius"].passed

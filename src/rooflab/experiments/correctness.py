@@ -5,8 +5,9 @@ dtype is not an error. What remains has three sources, each with its unit roundo
 u_out for rounding the result to the output dtype, u_in for rounding the inputs *inside* the GEMM
 (tf32 only: fp32 operands, TF32 products), and u_acc for the K-term accumulation. fp64 and fp32
 GEMMs have u_out = u_acc = u of the dtype (2^-53, 2^-24) and u_in = 0; the GPU's tensor-core paths
-(tf32, fp16, bf16) accumulate in fp32 with u_acc = 2^-23 (twice fp32's: tensor cores may truncate
-rather than round) and store fp32 (u_out 2^-24), fp16 (2^-11) or bf16 (2^-8). Tolerances:
+(tf32, fp16, bf16) accumulate in fp32 with u_acc = 2^-23 and tf32 rounds its inputs with
+u_in = 2^-10 (each twice the round-to-nearest value: tensor cores may truncate rather than
+round), and they store fp32 (u_out 2^-24), fp16 (2^-11) or bf16 (2^-8). Tolerances:
 
 - relative Frobenius error  ||Y - Y_ref||_F / ||Y_ref||_F
   <=  2 u_out + 2 u_in + 4 sqrt(K) u_acc
@@ -43,7 +44,9 @@ UNIT_ROUNDOFF = {
     "fp16": 2.0**-11,
     "bf16": 2.0**-8,
 }
-_TENSOR_ACCUMULATE = 2.0**-23  # fp32 accumulation that may truncate (tensor cores)
+# Tensor cores may truncate where IEEE arithmetic rounds to nearest: twice the unit roundoff.
+_TENSOR_ACCUMULATE = 2 * UNIT_ROUNDOFF["fp32"]  # fp32 accumulation
+_TF32_INPUTS = 2 * UNIT_ROUNDOFF["tf32"]  # fp32 operands converted to TF32 inside the GEMM
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Rounding:
 ROUNDING = {
     "fp64": Rounding(UNIT_ROUNDOFF["fp64"], 0.0, UNIT_ROUNDOFF["fp64"]),
     "fp32": Rounding(UNIT_ROUNDOFF["fp32"], 0.0, UNIT_ROUNDOFF["fp32"]),
-    "tf32": Rounding(UNIT_ROUNDOFF["fp32"], UNIT_ROUNDOFF["tf32"], _TENSOR_ACCUMULATE),
+    "tf32": Rounding(UNIT_ROUNDOFF["fp32"], _TF32_INPUTS, _TENSOR_ACCUMULATE),
     "fp16": Rounding(UNIT_ROUNDOFF["fp16"], 0.0, _TENSOR_ACCUMULATE),
     "bf16": Rounding(UNIT_ROUNDOFF["bf16"], 0.0, _TENSOR_ACCUMULATE),
 }
