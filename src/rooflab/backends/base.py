@@ -171,6 +171,12 @@ def cuda_problem() -> str | None:
         from cupy_backends.cuda.libs import cublas  # noqa: F401 - loads libcublas
     except Exception as error:
         return f"found {count} CUDA device(s) but not cuBLAS, which the GEMMs need: {error}"
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as error:
+        return f"found {count} CUDA device(s) but not NVRTC, which compiles the kernels: {error}"
     return None
 
 
