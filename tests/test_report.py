@@ -28,7 +28,7 @@ CHROMIUM = shutil.which("chromium") or (
 )
 
 TINY_CONFIG = """\
-backend: cpu
+backend: auto
 timing:
   warmup_s: 0.01
   warmup_min_calls: 1
@@ -214,6 +214,10 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
 
 def test_page_is_one_offline_file_with_a_summary(built):
     page = built.index.read_text()
+    # the sweep asked for `auto` on a machine without a usable GPU: the page says what happened
+    assert re.search(
+        r"<th>backend</th><td>cpu <span class='note'>\(auto: .*fell back to cpu\)", page
+    )
     assert not re.search(r"<script[^>]+src=", page)
     assert "http://" not in page.split("<script", 1)[0]  # nothing fetched from the head
     assert page.count("class='vega-chart'") == len(built.charts)

@@ -984,16 +984,20 @@ def _summary_html(connection, scope, facts) -> str:
         connection,
         """
         SELECT count(*) AS runs, count(*) FILTER (WHERE kind = 'gemm') AS gemm_runs,
-               min(started_at) AS first, max(started_at) AS last
+               min(started_at) AS first, max(started_at) AS last,
+               arg_max(backend_note, started_at) AS backend_note
         FROM runs WHERE machine_id = ? AND backend = ?
     """,
         [scope["machine_id"], scope["backend"]],
     ).iloc[0]
     esc = html.escape
+    backend = esc(str(scope["backend"]))
+    if isinstance(counts.backend_note, str):  # `auto` chose another backend than CUDA: why
+        backend += f" <span class='note'>({esc(counts.backend_note)})</span>"
     rows = [
         ("host", esc(str(scope["host"]))),
         ("machine id", f"<code>{esc(str(scope['machine_id']))}</code>"),
-        ("backend", esc(str(scope["backend"]))),
+        ("backend", backend),
         ("device", esc(str(scope["device_name"]))),
         (
             "runs",
