@@ -1,15 +1,16 @@
-# Empirical ceilings of the machine. Measuring: takes every core (and the GPU) so that no other
+# Empirical ceilings of one machine. Measuring: takes every core (and the GPU) so that no other
 # measurement runs beside it.
 rule ceilings:
     output:
-        receipt="results/ceilings/receipt.json",
+        receipt="results/ceilings/{machine}/receipt.json",
     log:
-        "logs/ceilings.log",
+        "logs/ceilings/{machine}.log",
     conda:
         "../environment.yml"
     threads: workflow.cores
     resources:
         gpu=1,
+        slurm_extra=machine_slurm_extra,
     params:
         settings=as_param(config["ceilings"]),
         max_clock_change=config["timing"]["max_clock_change"],

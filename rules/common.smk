@@ -6,6 +6,10 @@ from pathlib import Path
 
 wildcard_constraints:
     sweep="[A-Za-z0-9_-]+",
+    machine="[A-Za-z0-9_-]+",
+
+
+MACHINES = sorted(config["machines"])
 
 
 def as_param(value):
@@ -16,16 +20,34 @@ def sweep_param(wildcards):
     return as_param(config["sweeps"][wildcards.sweep])
 
 
+def ceilings_receipts(wildcards=None):
+    return expand("results/ceilings/{machine}/receipt.json", machine=MACHINES)
+
+
 def timing_receipts(wildcards=None):
-    return expand("results/sweeps/{sweep}/timing.json", sweep=sorted(config["sweeps"]))
+    return expand(
+        "results/sweeps/{sweep}/{machine}/timing.json",
+        sweep=sorted(config["sweeps"]),
+        machine=MACHINES,
+    )
 
 
 def correctness_receipts(wildcards=None):
     return expand(
-        "results/sweeps/{sweep}/correctness.json", sweep=sorted(config["sweeps"])
+        "results/sweeps/{sweep}/{machine}/correctness.json",
+        sweep=sorted(config["sweeps"]),
+        machine=MACHINES,
     )
 
 
-def results_folder(receipt):
-    """results/ from any receipt path results/<stage>/<receipt>.json."""
-    return str(Path(receipt).parents[1])
+def machine_slurm_extra(wildcards):
+    """sbatch options of a measuring job (used only by the Slurm executor): the node to itself,
+    so no other job shares its caches, memory bandwidth, clocks or power; then the options that
+    select the machine."""
+    selected = config["machines"][wildcards.machine].get("slurm_extra", "")
+    return f"--exclusive {selected}".strip()
+
+
+def results_folder(roofline_points):
+    """results/ from the path of results/roofline/roofline_points.parquet."""
+    return str(Path(roofline_points).parents[1])

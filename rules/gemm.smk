@@ -1,15 +1,16 @@
-# One sweep: correctness first, then timing of the configurations that passed. Measuring rules
-# take every core (and the GPU), so two measurements never overlap.
+# One sweep on one machine: correctness first, then timing of the configurations that passed.
+# Measuring rules take every core (and the GPU), so two measurements never overlap.
 rule correctness:
     output:
-        receipt="results/sweeps/{sweep}/correctness.json",
+        receipt="results/sweeps/{sweep}/{machine}/correctness.json",
     log:
-        "logs/correctness/{sweep}.log",
+        "logs/correctness/{sweep}/{machine}.log",
     conda:
         "../environment.yml"
     threads: workflow.cores
     resources:
         gpu=1,
+        slurm_extra=machine_slurm_extra,
     params:
         sweep=sweep_param,
         backend=config["backend"],
@@ -19,16 +20,17 @@ rule correctness:
 
 rule time_gemm:
     input:
-        correctness="results/sweeps/{sweep}/correctness.json",
+        correctness="results/sweeps/{sweep}/{machine}/correctness.json",
     output:
-        receipt="results/sweeps/{sweep}/timing.json",
+        receipt="results/sweeps/{sweep}/{machine}/timing.json",
     log:
-        "logs/time_gemm/{sweep}.log",
+        "logs/time_gemm/{sweep}/{machine}.log",
     conda:
         "../environment.yml"
     threads: workflow.cores
     resources:
         gpu=1,
+        slurm_extra=machine_slurm_extra,
     params:
         sweep=sweep_param,
         timing=as_param(config["timing"]),

@@ -1,7 +1,7 @@
 # Roofline points of every timed configuration against the ceilings of its own machine.
 rule roofline:
     input:
-        ceilings="results/ceilings/receipt.json",
+        ceilings=ceilings_receipts,
         timings=timing_receipts,
     output:
         points="results/roofline/roofline_points.parquet",

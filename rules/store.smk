@@ -2,7 +2,7 @@
 # delete it before each ingest, and with it every earlier run.
 rule ingest:
     input:
-        ceilings="results/ceilings/receipt.json",
+        ceilings=ceilings_receipts,
         correctness=correctness_receipts,
         timings=timing_receipts,
         roofline="results/roofline/roofline_points.parquet",
@@ -13,8 +13,8 @@ rule ingest:
     conda:
         "../environment.yml"
     params:
-        db="results/rooflab.duckdb",
-        results=lambda wildcards, input: results_folder(input.ceilings),
+        db=config["store"]["db"],
+        results=lambda wildcards, input: results_folder(input.roofline),
     script:
         "../workflow_scripts/ingest.py"
 
@@ -30,7 +30,7 @@ rule report:
     conda:
         "../environment.yml"
     params:
-        db="results/rooflab.duckdb",
+        db=config["store"]["db"],
         stages=as_param(config["stages"]),
     script:
         "../workflow_scripts/report.py"

@@ -88,3 +88,31 @@ def test_light_rules_run_on_the_submit_host(dry_run):
     declared = re.search(r"^localrules:\n((?:    \w+,\n)+)", snakefile, re.M)
     assert declared is not None, "the Snakefile declares no localrules"
     assert {"roofline", "ingest", "report"} <= set(re.findall(r"\w+", declared[1]))
+
+
+def test_each_machine_gets_its_ceilings_and_sweeps_on_its_own_nodes(tmp_path):
+    """Two node types: every measuring job once per machine, each selecting its nodes."""
+    config = {
+        **TINY,
+        "machines": {
+            "h100": {"slurm_extra": "--constraint=h100"},
+            "h200": {"slurm_extra": "--constraint=h200"},
+        },
+    }
+    workdir = copy_workflow(tmp_path, config)
+    result = subprocess.run(
+        [installed_script("snakemake"), "--workflow-profile", "profiles/slurm", "--dry-run"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    counts = job_counts(result.stdout)
+    assert (counts["ceilings"], counts["correctness"], counts["time_gemm"]) == (2, 4, 4)
+    extras = sorted(
+        job["slurm_extra"] for job in planned_jobs(result.stdout) if job["rule"] in MEASURING
+    )
+    assert extras == ["--exclusive --constraint=h100"] * 5 + ["--exclusive --constraint=h200"] * 5
+    assert "results/ceilings/h200/receipt.json" in result.stdout
+    assert "results/sweeps/a/h100/timing.json" in result.stdout

@@ -23,6 +23,8 @@ TINY = {
         "windows": 1,
         "blas_n": 128,
     },
+    # the store outside results/, as on a cluster (a local disk of the submit node)
+    "store": {"db": "store/rooflab.duckdb"},
     "sweeps": {
         "a": {"m": [1, 2], "n": [16], "k": [16], "dtypes": ["fp64"]},
         "b": {"m": [3], "n": [8], "k": [8], "dtypes": ["fp32"], "cache_states": ["warm"]},
@@ -47,7 +49,7 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
 
 
 def sql(workdir: Path, text: str) -> list[tuple]:
-    with duckdb.connect(str(workdir / "results" / "rooflab.duckdb"), read_only=True) as con:
+    with duckdb.connect(str(workdir / "store" / "rooflab.duckdb"), read_only=True) as con:
         return con.execute(text).fetchall()
 
 
@@ -62,6 +64,7 @@ def campaign(tmp_path_factory):
 def test_campaign_fills_the_store(campaign):
     kinds = dict(sql(campaign, "SELECT kind, count(*) FROM runs GROUP BY kind"))
     assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2}
+    assert not (campaign / "results" / "rooflab.duckdb").exists()  # config store.db, not here
     assert sql(campaign, "SELECT count(*) FROM gemm_points")[0][0] == 2 * 2 + 1
     assert sql(campaign, "SELECT count(*) FROM samples")[0][0] >= 5 * 3
     levels = {row[0] for row in sql(campaign, "SELECT DISTINCT level FROM roofline_points")}
@@ -69,7 +72,7 @@ def test_campaign_fills_the_store(campaign):
     report = campaign / "results" / "report"
     assert "<script src=" not in (report / "index.html").read_text()
     assert (report / "roofline.png").stat().st_size > 0 and (report / "roofline.svg").exists()
-    for log in ("ceilings", "correctness/a", "time_gemm/b", "roofline", "ingest"):
+    for log in ("ceilings/local", "correctness/a/local", "time_gemm/b/local", "roofline", "ingest"):
         assert (campaign / "logs" / f"{log}.log").stat().st_size > 0
 
 
@@ -113,26 +116,26 @@ def test_killed_measuring_job_leaves_no_rows(tmp_path):
     }
     workdir = copy_workflow(tmp_path, slow)
     process = subprocess.Popen(
-        [installed_script("snakemake"), "--cores", "2", "results/sweeps/a/timing.json"],
+        [installed_script("snakemake"), "--cores", "2", "results/sweeps/a/local/timing.json"],
         cwd=workdir,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    log = workdir / "logs" / "time_gemm" / "a.log"
+    log = workdir / "logs" / "time_gemm" / "a" / "local.log"
     deadline = time.monotonic() + 120
     while not (log.exists() and "[gemm a]" in log.read_text()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert process.poll() is None, "the workflow ended before the measurement could be killed"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    kept = [d for d in (workdir / "results" / "sweeps" / "a" / "runs").iterdir()]
+    kept = [d for d in (workdir / "results" / "sweeps" / "a" / "local" / "runs").iterdir()]
     assert [d for d in kept if (d / "gemm_points.parquet").exists()] == []  # timing wrote nothing
     result = run_rooflab(
         "store",
         "ingest",
         "--db",
-        str(workdir / "results" / "rooflab.duckdb"),
+        str(workdir / "store" / "rooflab.duckdb"),
         "--results",
         str(workdir / "results"),
     )

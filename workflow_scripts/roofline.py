@@ -6,10 +6,13 @@ from rooflab.roofline import latest_ceilings_by_machine, roofline_points, write_
 from rooflab.workflow import log_to, read_receipt
 
 log = log_to(snakemake.log[0])
-ceilings_runs = Path(snakemake.input.ceilings).parent / "runs"
-ceilings = latest_ceilings_by_machine(
-    d for d in sorted(ceilings_runs.iterdir()) if not d.name.startswith(".")
-)
+ceilings_runs = [
+    run_dir
+    for receipt in snakemake.input.ceilings
+    for run_dir in sorted((Path(receipt).parent / "runs").iterdir())
+    if not run_dir.name.startswith(".")
+]
+ceilings = latest_ceilings_by_machine(ceilings_runs)
 gemm_runs = [Path(read_receipt(path)["run_dir"]) for path in snakemake.input.timings]
 points = roofline_points(gemm_runs, ceilings)
 write_points(points, Path(snakemake.output.points))

@@ -19,12 +19,14 @@ SWEEPS = ("a", "b")  # tests/slurm/tiny.yaml
 
 
 def slurm_jobs_from_logs(campaign: Path) -> dict[str, tuple[str, str | None]]:
-    """Slurm job id -> (rule, sweep), from the plugin's kept logs rule_<rule>/[<sweep>/]<id>.log."""
+    """Slurm job id -> (rule, sweep), from the plugin's kept logs rule_<rule>/<wildcards>/<id>.log,
+    where the plugin joins the wildcard values with "_": <sweep>_<machine>, or <machine>."""
     jobs = {}
     for log in (campaign / ".snakemake" / "slurm_logs").rglob("*.log"):
         parts = log.relative_to(campaign / ".snakemake" / "slurm_logs").parts
         rule = parts[0].removeprefix("rule_")
-        jobs[log.stem] = (rule, parts[1] if len(parts) == 3 else None)
+        wildcards = parts[1] if len(parts) == 3 else ""
+        jobs[log.stem] = (rule, wildcards.rsplit("_", 1)[0] if rule != "ceilings" else None)
     return jobs
 
 
