@@ -32,8 +32,17 @@ if TYPE_CHECKING:
 
 BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM", "HBM")  # fastest first
 MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
-FMA_PATHS = ("fp64_fma", "fp32_fma")
-LIBRARY_PATHS = ("fp64_blas", "fp32_blas")
+FMA_PATHS = ("fp64_fma", "fp32_fma", "fp16_fma")
+# library GEMM ceilings: BLAS on a CPU, cuBLAS (tensor cores where the dtype has them) on a GPU
+LIBRARY_PATHS = (
+    "fp64_blas",
+    "fp32_blas",
+    "fp64_tensor",
+    "fp32_cublas",
+    "tf32_tensor",
+    "fp16_tensor",
+    "bf16_tensor",
+)
 WIDTH = 640
 ABOVE_ROOF = 1.05  # efficiency beyond measurement noise: a roof that is too low
 
