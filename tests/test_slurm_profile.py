@@ -17,9 +17,8 @@ MEASURING = ("ceilings", "correctness", "time_gemm")
 TINY = yaml.safe_load((REPO / "tests" / "slurm" / "tiny.yaml").read_text())  # two sweeps
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    workdir = copy_workflow(tmp_path_factory.mktemp("slurm"), TINY)
+def dry_run_of(workdir) -> str:
+    """The plan of `snakemake --workflow-profile profiles/slurm --dry-run` in `workdir`."""
     result = subprocess.run(
         [installed_script("snakemake"), "--workflow-profile", "profiles/slurm", "--dry-run"],
         cwd=workdir,
@@ -29,6 +28,11 @@ def dry_run(tmp_path_factory):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    return dry_run_of(copy_workflow(tmp_path_factory.mktemp("slurm"), TINY))
 
 
 def planned_jobs(output: str) -> list[dict[str, str]]:
@@ -99,20 +103,10 @@ def test_each_machine_gets_its_ceilings_and_sweeps_on_its_own_nodes(tmp_path):
             "h200": {"slurm_extra": "--constraint=h200"},
         },
     }
-    workdir = copy_workflow(tmp_path, config)
-    result = subprocess.run(
-        [installed_script("snakemake"), "--workflow-profile", "profiles/slurm", "--dry-run"],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    counts = job_counts(result.stdout)
+    plan = dry_run_of(copy_workflow(tmp_path, config))
+    counts = job_counts(plan)
     assert (counts["ceilings"], counts["correctness"], counts["time_gemm"]) == (2, 4, 4)
-    extras = sorted(
-        job["slurm_extra"] for job in planned_jobs(result.stdout) if job["rule"] in MEASURING
-    )
+    extras = sorted(job["slurm_extra"] for job in planned_jobs(plan) if job["rule"] in MEASURING)
     assert extras == ["--exclusive --constraint=h100"] * 5 + ["--exclusive --constraint=h200"] * 5
-    assert "results/ceilings/h200/receipt.json" in result.stdout
-    assert "results/sweeps/a/h100/timing.json" in result.stdout
+    assert "results/ceilings/h200/receipt.json" in plan
+    assert "results/sweeps/a/h100/timing.json" in plan
