@@ -328,6 +328,35 @@ def cmd_measure_gemm(args) -> None:
         )
 
 
+def cmd_measure_counters(args) -> None:
+    from rooflab.experiments.counters import CounterSettings, counters_status, run_counters
+    from rooflab.records import read_run, write_run
+
+    backend, config = _backend_and_config(args)
+    if args.sweep not in config["sweeps"]:
+        known = ", ".join(config["sweeps"]) or "none"
+        raise UsageError(f"no sweep {args.sweep!r} in {args.config}; sweeps: {known}")
+    try:
+        (timing_run,) = read_run(args.timing)["runs"].to_pylist()
+    except (OSError, KeyError, ValueError) as error:
+        raise UsageError(f"--timing {args.timing}: not a run folder ({error})") from None
+    if timing_run["kind"] != "gemm" or timing_run["sweep"] != args.sweep:
+        raise UsageError(
+            f"--timing {args.timing}: a {timing_run['kind']} run of sweep "
+            f"{timing_run['sweep']!r}, not a gemm run of sweep {args.sweep!r}"
+        )
+    settings = CounterSettings.from_config(config["counters"])
+    tables = run_counters(backend, args.sweep, config["sweeps"][args.sweep], settings, args.timing)
+    run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
+    print(f"rooflab: wrote {run_dir}", file=sys.stderr)
+    status, reason = counters_status(tables["counters"])
+    print(f"rooflab: counters {status}" + (f": {reason}" if reason else ""), file=sys.stderr)
+    columns = ("config_id", "cache_control", "compute_path", "ratio", "trusted", "pairing")
+    rows = [{c: row.get(c) for c in columns} for row in tables["counter_calibration"]]
+    if rows:
+        print_rows(rows, args.format)
+
+
 # -- rooflab store, query, runs -------------------------------------------------------------------
 
 
@@ -450,7 +479,14 @@ def build_parser() -> argparse.ArgumentParser:
     ceilings.add_argument("--quick", action="store_true", help="a coarse sweep (under a minute)")
     gemm_measure = measure_commands.add_parser("gemm", help="one GEMM sweep of a config file")
     gemm_measure.add_argument("--sweep", required=True, help="sweep name in the config")
-    for command, config_required in ((ceilings, False), (gemm_measure, True)):
+    counters = measure_commands.add_parser(
+        "counters", help="hardware counters of a timed sweep (ncu on a GPU, perf on a CPU)"
+    )
+    counters.add_argument("--sweep", required=True, help="sweep name in the config")
+    counters.add_argument(
+        "--timing", required=True, help="the sweep's timing run folder (rooflab measure gemm)"
+    )
+    for command, config_required in ((ceilings, False), (gemm_measure, True), (counters, True)):
         command.add_argument(
             "--config",
             required=config_required,
@@ -463,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--format", choices=("table", "csv", "json"), default="table")
     ceilings.set_defaults(handler=cmd_measure_ceilings)
     gemm_measure.set_defaults(handler=cmd_measure_gemm)
+    counters.set_defaults(handler=cmd_measure_counters)
 
     db_help = f"the store (default {DEFAULT_DB})"
     store = commands.add_parser("store", help="the DuckDB result store: ingest, rebuild")

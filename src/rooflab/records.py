@@ -173,8 +173,70 @@ TABLES: dict[str, pa.Schema] = {
             ("detail", _S),
         ]
     ),
+    # Hardware counters (docs/counters.md): one row per metric per kernel (scope "kernel"), per
+    # metric over the profiled range (scope "range": the sum of a counter), per derived figure
+    # (scope "derived", e.g. perf's LLC-miss byte estimate, labelled in `reason`), per metric a
+    # chip lacks (status "missing"), and one status row per profile with `metric` null: status
+    # "ok", "partial", "unavailable" (the tool or its counters could not be used; `reason` has
+    # the tool's own words) or "skipped". Every setting that changes the experiment is on every
+    # row; `metrics_requested` is the comma-joined list passed to the tool.
+    "counters": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("kernel_id", _I),
+            ("kernel", _S),
+            ("scope", _S),
+            ("metric", _S),
+            ("value", _F),
+            ("unit", _S),
+            ("status", _S),
+            ("reason", _S),
+            ("tool", _S),
+            ("tool_version", _S),
+            ("chip", _S),
+            ("cache_control", _S),
+            ("clock_control", _S),
+            ("replay_mode", _S),
+            ("nvtx_include", _S),
+            ("metrics_requested", _S),
+        ]
+    ),
+    # Counted FLOPs of a GEMM's compute path against its useful work 2MNK, one row per
+    # configuration, replay (cache control) and path; only `trusted` counts reach a Roofline
+    # point. The pairing columns name the timing the replay pairs with (flushed replay <-> cold
+    # timing, no-flush replay <-> warm timing), or say in `pairing_error` why there is none.
+    "counter_calibration": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("cache_control", _S),
+            ("compute_path", _S),
+            ("m", _I),
+            ("n", _I),
+            ("k", _I),
+            ("counted_flops", _F),
+            ("expected_flops", _I),
+            ("ratio", _F),
+            ("tolerance", _F),
+            ("trusted", _B),
+            ("reason", _S),
+            ("formula", _S),
+            ("hfma_flop_per_inst", _F),
+            ("tensor_flop_per_op", _F),
+            ("pairing", _S),
+            ("timing_run_id", _S),
+            ("timing_cache_state", _S),
+            ("timing_median_s", _F),
+            ("pairing_error", _S),
+        ]
+    ),
     # Derived (not measured): written by the roofline step, one row per GEMM point and memory
     # level; run_id is the GEMM timing run the point belongs to. Recomputable at any time.
+    # q_source "model": the cold-cache ledger's bytes at one level. q_source "counters": counted
+    # bytes, one row per level (each level's intensity against its own ceiling), from a trusted
+    # calibration and a replay paired with the timing of the matching cache state; the columns
+    # after `efficiency` are null on model rows.
     "roofline_points": pa.schema(
         [
             ("run_id", _S),
@@ -202,6 +264,15 @@ TABLES: dict[str, pa.Schema] = {
             ("bound_s", _F),
             ("limiter", _S),
             ("efficiency", _F),
+            ("limiting_level", _S),  # the level whose B·I is smallest (counters rows)
+            ("hierarchical_attainable_flops_per_s", _F),  # min(C, B_level·I_level over levels)
+            ("hierarchical_bound_s", _F),
+            ("pairing", _S),  # "flushed replay ↔ cold timing" | "no-flush replay ↔ warm timing"
+            ("cache_control", _S),  # ncu --cache-control of the replay the bytes came from
+            ("replay_mode", _S),
+            ("counters_run_id", _S),
+            ("flops_counted", _F),  # the counted FLOPs that admitted the point (F is 2MNK)
+            ("calibration_ratio", _F),  # flops_counted / 2MNK
         ]
     ),
 }

@@ -9,6 +9,12 @@ Q_model (q_source "model"), so they belong to one memory level only:
 The memory's name is the bandwidth ceiling that is not a cache level of the machine.
 The bandwidth of a level is the best kernel's ceiling on that level in the latest ceilings run of
 the same machine. Points of a machine without ceilings are not computed (never borrowed).
+
+`counter_points` adds hierarchical points (q_source "counters", docs/counters.md §4) from the
+counters runs: one row per memory level with counted bytes, each level's intensity against that
+level's own ceiling, the limiting level named. Only from a calibration that is trusted when
+checked again here, a replay paired with the timing of the matching cache state on the same
+machine, and ceilings of that machine; anything else gives no point and a note saying why.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from rooflab.counters.ncu import bytes_by_level
+from rooflab.counters.points import (
+    PairingError,
+    UntrustedCounts,
+    calibrate,
+    hierarchical_points,
+    pair,
+)
 from rooflab.machine import cache_bytes_by_level
 from rooflab.model import bound
 from rooflab.records import read_run, to_table
@@ -136,6 +150,84 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
                 }
             )
     return points
+
+
+def _timings_by_run(gemm_run_dirs: Iterable[Path]) -> dict[str, list[dict]]:
+    """run_id -> its gemm_points rows, each with the run's machine_id."""
+    timings = {}
+    for run_dir in gemm_run_dirs:
+        tables = read_run(run_dir)
+        (run,) = tables["runs"].to_pylist()
+        rows = tables["gemm_points"].to_pylist() if "gemm_points" in tables else []
+        timings[run["run_id"]] = [{**row, "machine_id": run["machine_id"]} for row in rows]
+    return timings
+
+
+def counter_points(
+    counters_run_dirs: Iterable[Path], gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]
+) -> tuple[list[dict], list[str]]:
+    """Hierarchical points of the counters runs, and a note for each replay that gave none.
+
+    For each `counter_calibration` row: the calibration is checked again from its counted FLOPs
+    (fail closed: a stored `trusted` flag alone admits nothing), the replay is paired again with
+    the timings of the run it names (flushed ↔ cold, no flush ↔ warm, same machine), and the
+    counted bytes per level (range sums of the same configuration and cache control) go against
+    the ceilings of the counters run's own machine."""
+    timings = _timings_by_run(gemm_run_dirs)
+    points, notes = [], []
+    for run_dir in counters_run_dirs:
+        tables = read_run(run_dir)
+        (run,) = tables["runs"].to_pylist()
+        machine = ceilings.get(run["machine_id"])
+        totals: dict[tuple, dict[str, float]] = {}
+        replay_modes: dict[tuple, str] = {}
+        for row in tables["counters"].to_pylist() if "counters" in tables else []:
+            key = (row["config_id"], row["cache_control"])
+            if row["scope"] == "range" and row["metric"] and row["status"] == "ok":
+                totals.setdefault(key, {})[row["metric"]] = row["value"]
+                replay_modes[key] = row["replay_mode"]
+        calibrations = tables.get("counter_calibration")
+        for cal in calibrations.to_pylist() if calibrations is not None else []:
+            key = (cal["config_id"], cal["cache_control"])
+            what = f"{cal['config_id']} (--cache-control {cal['cache_control']})"
+            checked = calibrate(
+                cal["counted_flops"],
+                cal["m"],
+                cal["n"],
+                cal["k"],
+                cal["tolerance"],
+                path=cal["compute_path"],
+            )
+            if not checked.trusted:
+                notes.append(f"{what}: {checked.reason}")
+                continue
+            if machine is None:
+                notes.append(f"{what}: no ceilings of machine {run['machine_id']}; no point")
+                continue
+            try:
+                if cal["timing_run_id"] not in timings:
+                    raise PairingError(
+                        f"timing run {cal['timing_run_id']} (named by the counters run) is not "
+                        "among the timing runs given"
+                    )
+                record = {"config_id": key[0], "cache_control": key[1]}
+                paired = pair(
+                    {**record, "machine_id": run["machine_id"]}, timings[cal["timing_run_id"]]
+                )
+                rows = hierarchical_points(
+                    paired,
+                    checked,
+                    bytes_by_level(totals.get(key, {})),
+                    {**machine["bandwidth"], **machine["peak"]},
+                    cal["compute_path"],
+                    counters_run_id=run["run_id"],
+                    replay_mode=replay_modes.get(key),
+                )
+            except (PairingError, UntrustedCounts, ValueError) as error:
+                notes.append(f"{what}: {error}")
+                continue
+            points += [{**row, "ceilings_run_id": machine["run_id"]} for row in rows]
+    return points, notes
 
 
 def write_points(points: list[dict], path: Path) -> None:

@@ -81,6 +81,49 @@ VIEWS_SQL = {
         FROM runs
         GROUP BY machine_id, backend
     """,
+    # One row per counters run (issue 7): the tool, what it profiled, and whether any of it can
+    # reach a Roofline point (status as rooflab.experiments.counters.counters_status gives it).
+    "counters_summary": """
+        WITH profiles AS (
+            SELECT run_id, any_value(tool) AS tool, max(tool_version) AS tool_version,
+                max(chip) AS chip,
+                count(*) FILTER (WHERE status IN ('ok', 'partial')) AS n_profiled,
+                count(*) FILTER (WHERE status = 'partial') AS n_partial,
+                count(*) FILTER (WHERE status = 'unavailable') AS n_unavailable,
+                count(*) FILTER (WHERE status = 'skipped') AS n_skipped,
+                string_agg(DISTINCT reason, ' | ') FILTER (WHERE status = 'unavailable')
+                    AS unavailable_reason
+            FROM counters
+            WHERE metric IS NULL
+            GROUP BY run_id
+        ),
+        calibration AS (
+            SELECT run_id, count(*) AS n_calibrations,
+                count(*) FILTER (WHERE trusted) AS n_trusted,
+                count(*) FILTER (WHERE trusted AND pairing IS NOT NULL) AS n_admitted
+            FROM counter_calibration
+            GROUP BY run_id
+        )
+        SELECT r.run_id, r.machine_id, r.backend, r.host, r.device_name, r.sweep, r.started_at,
+            p.tool, p.tool_version, p.chip,
+            CASE WHEN coalesce(p.n_unavailable, 0) > 0 AND coalesce(p.n_profiled, 0) = 0
+                     THEN 'unavailable'
+                 WHEN coalesce(p.n_unavailable, 0) > 0 OR coalesce(p.n_partial, 0) > 0
+                     THEN 'partial'
+                 WHEN coalesce(p.n_profiled, 0) > 0 THEN 'ok'
+                 ELSE 'none' END AS status,
+            p.unavailable_reason,
+            coalesce(p.n_profiled, 0) AS n_profiled,
+            coalesce(p.n_unavailable, 0) AS n_unavailable,
+            coalesce(p.n_skipped, 0) AS n_skipped,
+            coalesce(c.n_calibrations, 0) AS n_calibrations,
+            coalesce(c.n_trusted, 0) AS n_trusted,
+            coalesce(c.n_admitted, 0) AS n_admitted
+        FROM runs AS r
+        LEFT JOIN profiles AS p USING (run_id)
+        LEFT JOIN calibration AS c USING (run_id)
+        WHERE r.kind = 'counters'
+    """,
     # One row per run. The clock is in MHz: the measured CPU clock for CPU runs, the SM clock for
     # GPU runs, from the condition readings and the reading taken after each sample.
     "run_summary": """

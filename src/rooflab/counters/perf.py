@@ -22,6 +22,8 @@ from rooflab.counters.tool import Unavailable, run_tool
 PERF = "perf"
 DEFAULT_EVENTS = ("cycles", "instructions", "LLC-load-misses", "LLC-loads", "cache-misses")
 NOT_COUNTED = {"<not supported>": "not supported", "<not counted>": "not counted"}
+# What perf prints each time a controlling process enables or disables its events (perf 6.1).
+CONTROL_ECHO = ("Events enabled", "Events disabled")
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,13 @@ def perf_stat_command(
     *,
     perf: str = PERF,
     output_path: str | Path | None = None,
+    control: tuple[str | Path, str | Path] | None = None,
 ) -> PerfCommand:
-    """`perf stat -x, -e <events> [-o <file>] -- <child>`; `output_path` keeps perf's lines apart
-    from the child's own stderr."""
+    """`perf stat -x, -e <events> [-o <file>] [-D -1 --control fifo:CTL,ACK] -- <child>`;
+    `output_path` keeps perf's lines apart from the child's own stderr. With `control` (two
+    fifos), perf starts with its events disabled and counts only while the child has them enabled
+    (`python -m rooflab.counters.gemm_child --perf-control CTL,ACK` enables them around the
+    measured call)."""
     events = [str(e) for e in events]
     if not events or any(not e.strip() for e in events):
         raise ValueError(f"no perf events given: {events!r}")
@@ -50,6 +56,10 @@ def perf_stat_command(
     if output_path is not None:
         argv += ["-o", str(output_path)]
     settings = {"tool": "perf", "events": events, "separator": ","}
+    if control is not None:
+        ctl, ack = (str(path) for path in control)
+        argv += ["-D", "-1", "--control", f"fifo:{ctl},{ack}"]
+        settings["control"] = "events disabled at start, enabled by the child around its call"
     return PerfCommand(tuple([*argv, "--", *child]), settings, output_path and str(output_path))
 
 
@@ -80,11 +90,12 @@ def _float(text: str) -> float | None:
 
 def parse_perf_stat(text: str, returncode: int | None = None) -> PerfStat:
     """The event lines of `perf stat -x,` output (stderr, or the `-o` file); comment lines
-    (`# started on ...`) and blank lines are skipped, anything else is kept as an other line."""
+    (`# started on ...`), blank lines and perf's "Events enabled"/"Events disabled" (with
+    `--control`) are skipped, anything else is kept as an other line."""
     counts: dict[str, PerfCount] = {}
     other: list[str] = []
     for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
+        if not line.strip() or line.startswith("#") or line.strip() in CONTROL_ECHO:
             continue
         fields = next(csv.reader([line]))
         value_text = fields[0].strip() if fields else ""

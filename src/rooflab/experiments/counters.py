@@ -1,0 +1,499 @@
+"""The counters step of one sweep (issue 7; docs/counters.md): hardware counters for a bounded
+list of its timed configurations, calibrated and paired, or `unavailable` with the reason.
+
+- CUDA backend: each selected configuration runs once inside its NVTX range in a child process
+  (`python -m rooflab.counters.gemm_child`) under `ncu`, once per cache control (`all`: caches
+  flushed before each replay pass, pairs with the `cold` timing; `none`: pairs with `warm`). The
+  metric list is queried for the machine's chip first (what it lacks is recorded as missing).
+  Counters are summed over every kernel in the range, per-kernel rows kept. The GEMM's compute
+  path (`rooflab.roofline.COMPUTE_PATH`) is calibrated against 2MNK, and the replay is paired
+  with the timing of the matching cache state in the timing run the step was given.
+- CPU backend: `perf stat` around the same child, its events enabled only around the measured
+  call (`--control`); events perf counts are recorded with what follows from them (IPC, an
+  LLC-miss byte *estimate*), events it cannot count as unavailable with perf's words. No FLOP
+  count is derived on a CPU, so no CPU counts reach a Roofline point.
+
+A tool that is missing, not permitted, or failing gives an `unavailable` status row with the
+tool's own words and stops the step (the next profile would fail the same way); the job still
+succeeds and the Roofline keeps its model bytes (`q_source = model`). Nothing is invented: a
+value that was not counted is null with its status. Roofline points from the counts are made by
+`rooflab.roofline.counter_points`, from trusted calibrations only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rooflab.backends.base import Backend
+from rooflab.counters.ncu import (
+    CACHE_CONTROLS,
+    REPLAY_MODES,
+    NcuResult,
+    counter_rows,
+    counters_range,
+    flops_from_counters,
+    ncu_command,
+    ncu_version,
+    plan_collection,
+    query_available_metrics,
+    run_ncu,
+)
+from rooflab.counters.perf import (
+    DEFAULT_EVENTS,
+    PerfStat,
+    derive_cpu,
+    llc_line_bytes,
+    perf_stat_command,
+    pmu_note,
+    run_perf_stat,
+)
+from rooflab.counters.points import PAIRINGS, PairingError, calibrate, pair
+from rooflab.counters.tool import Unavailable, run_tool
+from rooflab.experiments.gemm import GemmConfig, sweep_configs
+from rooflab.experiments.runs import conditions_row, run_row
+from rooflab.records import new_run_id, read_run, utc_now
+from rooflab.roofline import compute_path
+
+log = logging.getLogger("rooflab")
+
+CALIBRATION_TOLERANCE = 0.01  # counted FLOPs within 1% of 2MNK (issue 7)
+TOOLS = ("ncu", "perf")
+
+
+@dataclass(frozen=True)
+class CounterSettings:
+    """The config's `counters` section (config/schema.yaml has the defaults and the limits)."""
+
+    enabled: bool = True
+    max_configs: int = 4
+    configs: tuple[str, ...] = ()
+    cache_controls: tuple[str, ...] = CACHE_CONTROLS
+    replay_mode: str = "kernel"
+    ncu: str = "ncu"
+    perf: str = "perf"
+    perf_events: tuple[str, ...] = DEFAULT_EVENTS
+    timeout_s: float = 600.0
+    warmup_calls: int = 3
+
+    def __post_init__(self) -> None:
+        if self.max_configs < 1:
+            raise ValueError(f"counters.max_configs must be >= 1, got {self.max_configs}")
+        bad = [c for c in self.cache_controls if c not in CACHE_CONTROLS]
+        if bad or not self.cache_controls:
+            raise ValueError(f"counters.cache_controls must be some of {CACHE_CONTROLS}: {bad}")
+        if self.replay_mode not in REPLAY_MODES:
+            raise ValueError(f"counters.replay_mode must be one of {REPLAY_MODES}")
+
+    @classmethod
+    def from_config(cls, section: Mapping) -> CounterSettings:
+        tuples = ("configs", "cache_controls", "perf_events")
+        return cls(**{k: tuple(v) if k in tuples else v for k, v in section.items()})
+
+
+@dataclass(frozen=True)
+class Selection:
+    configs: list[GemmConfig]
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (config_id, why)
+
+
+def select_configs(
+    sweep_name: str, sweep: Mapping, timed_config_ids: set[str], settings: CounterSettings
+) -> Selection:
+    """The configurations to count: those of `settings.configs` that belong to this sweep, or
+    else at most `max_configs` of the timed ones, evenly spaced in the sweep's order (dtype,
+    layout, N, K, then M ascending), so the smallest and largest M are always among them (one
+    configuration: the last, the largest M). Only timed configurations are counted (a replay
+    needs a timing to pair with); a listed one that was not timed is skipped, with the reason."""
+    configs = sweep_configs(sweep_name, dict(sweep))
+    if settings.configs:
+        listed = [c for c in settings.configs if c.split("/", 1)[0] == sweep_name]
+        known = {c.config_id: c for c in configs}
+        chosen, skipped = [], []
+        for config_id in listed:
+            if config_id not in known:
+                skipped.append((config_id, f"not a configuration of sweep {sweep_name}"))
+            elif config_id not in timed_config_ids:
+                skipped.append((config_id, "not timed (failed its correctness check?)"))
+            else:
+                chosen.append(known[config_id])
+        return Selection(chosen, skipped)
+    timed = [c for c in configs if c.config_id in timed_config_ids]
+    count = min(settings.max_configs, len(timed))
+    if count == 0:
+        return Selection([])
+    if count == 1:
+        return Selection([timed[-1]])
+    picks = sorted({round(i * (len(timed) - 1) / (count - 1)) for i in range(count)})
+    return Selection([timed[i] for i in picks])
+
+
+def child_command(config: GemmConfig, seed: int, backend: str, warmup: int) -> list[str]:
+    """The process a profiler runs: `python -m rooflab.counters.gemm_child` for one config."""
+    return [
+        sys.executable,
+        "-m",
+        "rooflab.counters.gemm_child",
+        "--sweep",
+        config.sweep,
+        "--dtype",
+        config.dtype,
+        "--layout",
+        config.layout,
+        "--m",
+        str(config.m),
+        "--n",
+        str(config.n),
+        "--k",
+        str(config.k),
+        "--seed",
+        str(seed),
+        "--warmup",
+        str(warmup),
+        "--backend",
+        backend,
+    ]
+
+
+def status_row(run_id: str, config_id: str | None, status: str, reason: str | None, **extra):
+    """A row of `counters` with no metric: how one profile (or the whole step) went."""
+    return {
+        "run_id": run_id,
+        "config_id": config_id,
+        "scope": "range" if config_id else "run",
+        "metric": None,
+        "status": status,
+        "reason": reason,
+        **extra,
+    }
+
+
+def counters_status(rows: Sequence[Mapping]) -> tuple[str, str | None]:
+    """The step's status from its status rows: "ok", "partial" (some profiles unavailable),
+    "unavailable" (none usable; the reasons, each once) or "none" (nothing was profiled)."""
+    profiles = [r for r in rows if r["metric"] is None and r["status"] in ("ok", "partial")]
+    missing = [r for r in rows if r["metric"] is None and r["status"] == "unavailable"]
+    reasons = list(dict.fromkeys(r["reason"] for r in missing if r["reason"]))
+    reason = " | ".join(reasons) or None
+    if missing and not profiles:
+        return "unavailable", reason
+    if missing or any(r["status"] == "partial" for r in profiles):
+        partial = reason or next(r["reason"] for r in profiles if r["status"] == "partial")
+        return "partial", partial
+    return ("ok", None) if profiles else ("none", None)
+
+
+def run_counters(
+    backend: Backend,
+    sweep_name: str,
+    sweep: Mapping,
+    settings: CounterSettings,
+    timing_run_dir: str | Path,
+    *,
+    tool: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, list[dict]]:
+    """Count the selected configurations of one sweep; the rows of each table (nothing written).
+
+    `timing_run_dir`: the sweep's timing run (the configurations it timed are the candidates, its
+    points are what replays pair with). `tool`: "ncu" or "perf"; by default ncu on the CUDA
+    backend and perf on the CPU."""
+    tool = tool or ("ncu" if backend.name == "cuda" else "perf")
+    if tool not in TOOLS:
+        raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
+    run_id = run_id or new_run_id()
+    started = utc_now()
+    timing = read_run(timing_run_dir)
+    (timing_run,) = timing["runs"].to_pylist()
+    points = timing["gemm_points"].to_pylist() if "gemm_points" in timing else []
+    timings = [{**p, "machine_id": timing_run["machine_id"]} for p in points]
+    selection = select_configs(sweep_name, sweep, {p["config_id"] for p in points}, settings)
+    tables: dict[str, list[dict]] = {"conditions": [], "counters": [], "counter_calibration": []}
+    tables["conditions"].append(conditions_row(backend, run_id, "before"))
+    common = {"tool": tool}
+    for config_id, why in selection.skipped:
+        tables["counters"].append(status_row(run_id, config_id, "skipped", why, **common))
+    step = _NcuStep if tool == "ncu" else _PerfStep
+    context = _Context(backend, sweep, settings, timings, run_id, tables)
+    if selection.configs:
+        step(context).run(selection.configs)
+    tables["conditions"].append(conditions_row(backend, run_id, "after"))
+    status, reason = counters_status(tables["counters"])
+    log.info(
+        "counters of sweep %s with %s: %s%s",
+        sweep_name,
+        tool,
+        status,
+        f" ({reason})" * bool(reason),
+    )
+    run_settings = {
+        "counters": asdict(settings),
+        "tool": tool,
+        "timing_run_id": timing_run["run_id"],
+        "selected": [c.config_id for c in selection.configs],
+        "sweep": dict(sweep),
+        "status": status,
+    }
+    tables["runs"] = [
+        run_row(
+            backend,
+            run_id=run_id,
+            kind="counters",
+            sweep=sweep_name,
+            started_at=started,
+            ended_at=utc_now(),
+            settings=run_settings,
+        )
+    ]
+    return tables
+
+
+@dataclass
+class _Context:
+    backend: Backend
+    sweep: Mapping
+    settings: CounterSettings
+    timings: list[dict]
+    run_id: str
+    tables: dict[str, list[dict]]
+
+
+class _NcuStep:
+    """ncu per configuration and cache control; stops at the first failure of the tool itself."""
+
+    def __init__(self, context: _Context):
+        self.c = context
+        self.version: str | None = None
+        self.chip: str | None = None
+
+    def add(self, rows: list[dict]) -> None:
+        self.c.tables["counters"].extend(rows)
+
+    def unavailable(self, config_id: str | None, reason: str, **extra) -> None:
+        row = status_row(self.c.run_id, config_id, "unavailable", reason, tool="ncu", **extra)
+        self.add([{**row, "tool_version": self.version, "chip": self.chip}])
+
+    def run(self, configs: list[GemmConfig]) -> None:
+        settings = self.c.settings
+        version = ncu_version(settings.ncu, timeout_s=min(settings.timeout_s, 120))
+        if isinstance(version, Unavailable):
+            self.unavailable(None, version.reason)
+            return
+        self.version = version.version
+        available = query_available_metrics(ncu=settings.ncu, timeout_s=settings.timeout_s)
+        if isinstance(available, Unavailable):
+            plan = plan_collection(None)
+            why = (
+                f"metric list not queried ({available.reason}); collecting the first alternative "
+                "of every tensor path unchecked (ncu refuses names it does not know)"
+            )
+            row = status_row(self.c.run_id, None, "unchecked", why, tool="ncu")
+            self.add([{**row, "tool_version": self.version}])
+        else:
+            plan = plan_collection(available)
+            self.chip = available.chip
+        machine_id = self.c.backend.run_metadata()["machine_id"]
+        with tempfile.TemporaryDirectory(prefix="rooflab-ncu-") as folder:
+            for index, config in enumerate(configs):
+                for cache_control in settings.cache_controls:
+                    if not self.profile(config, cache_control, plan, machine_id, folder, index):
+                        return
+
+    def profile(self, config, cache_control, plan, machine_id, folder, index) -> bool:
+        """One ncu run; False when the tool failed (the step stops)."""
+        c, settings = self.c, self.c.settings
+        state = PAIRINGS[cache_control][0]
+        if not any(
+            t["config_id"] == config.config_id and t["cache_state"] == state for t in c.timings
+        ):
+            why = (
+                f"no {state} timing of this configuration to pair with: a replay with "
+                f"--cache-control {cache_control} pairs only with a {state} timing; not profiled"
+            )
+            row = status_row(c.run_id, config.config_id, "skipped", why, tool="ncu")
+            self.add([{**row, "cache_control": cache_control}])
+            return True
+        child = child_command(config, c.sweep["seed"], c.backend.name, settings.warmup_calls)
+        command = ncu_command(
+            child,
+            nvtx_range=counters_range(config.config_id),
+            metrics=plan.metrics,
+            cache_control=cache_control,
+            replay_mode=settings.replay_mode,
+            ncu=settings.ncu,
+            log_file=Path(folder) / f"{index}-{cache_control}.csv",
+        )
+        log.info("ncu %s --cache-control %s", config.config_id, cache_control)
+        result = run_ncu(command, settings.timeout_s)
+        rows = counter_rows(
+            result,
+            run_id=c.run_id,
+            config_id=config.config_id,
+            settings=command.settings,
+            tool_version=self.version,
+            chip=self.chip,
+            missing=plan.missing,
+        )
+        requested = ",".join(command.settings["metrics"])
+        self.add([{**row, "metrics_requested": requested} for row in rows])
+        if isinstance(result, Unavailable):
+            # "no kernel profiled" belongs to this configuration; anything else is the tool
+            return result.reason.startswith("no kernel profiled")
+        self.add_ok(config, cache_control, result, command.settings, requested)
+        self.calibrate(config, cache_control, result, plan, machine_id)
+        return True
+
+    def add_ok(self, config, cache_control, result: NcuResult, settings, requested) -> None:
+        kernels = len({r.kernel_id for r in result.rows})
+        row = status_row(
+            self.c.run_id,
+            config.config_id,
+            "ok",
+            f"{kernels} kernel(s) profiled in the range",
+            tool="ncu",
+            tool_version=self.version,
+            chip=self.chip,
+            cache_control=cache_control,
+            clock_control=settings["clock_control"],
+            replay_mode=settings["replay_mode"],
+            nvtx_include=settings["nvtx_include"],
+            metrics_requested=requested,
+        )
+        self.add([row])
+
+    def calibrate(self, config, cache_control, result: NcuResult, plan, machine_id) -> None:
+        path = compute_path(self.c.backend.name, config.dtype)
+        counted = flops_from_counters(result.totals, tensor_metrics=plan.tensor_metrics)
+        seen = calibrate(
+            counted.flops(path) if path else None,
+            config.m,
+            config.n,
+            config.k,
+            CALIBRATION_TOLERANCE,
+            path=path,
+        )
+        row = {
+            "run_id": self.c.run_id,
+            "config_id": config.config_id,
+            "cache_control": cache_control,
+            "compute_path": path,
+            "m": config.m,
+            "n": config.n,
+            "k": config.k,
+            "counted_flops": seen.counted_flops,
+            "expected_flops": seen.expected_flops,
+            "ratio": seen.ratio,
+            "tolerance": seen.tolerance,
+            "trusted": seen.trusted,
+            "reason": seen.reason,
+            "formula": counted.paths[path].formula if path in counted.paths else None,
+            "hfma_flop_per_inst": counted.hfma_flop_per_inst,
+            "tensor_flop_per_op": counted.tensor_flop_per_op,
+            "pairing": None,
+            "timing_run_id": None,
+            "timing_cache_state": None,
+            "timing_median_s": None,
+            "pairing_error": None,
+        }
+        record = {"config_id": config.config_id, "cache_control": cache_control}
+        try:
+            paired = pair({**record, "machine_id": machine_id}, self.c.timings)
+        except PairingError as error:
+            row["pairing_error"] = str(error)
+        else:
+            row.update(
+                pairing=paired.label,
+                timing_run_id=paired.timing["run_id"],
+                timing_cache_state=paired.cache_state,
+                timing_median_s=paired.timing["median_s"],
+            )
+        log.info("%s %s: %s", config.config_id, cache_control, seen.reason)
+        self.c.tables["counter_calibration"].append(row)
+
+
+class _PerfStep:
+    """perf stat per configuration, events enabled around the measured call only."""
+
+    def __init__(self, context: _Context):
+        self.c = context
+
+    def run(self, configs: list[GemmConfig]) -> None:
+        c, settings = self.c, self.c.settings
+        version = run_tool("perf", [settings.perf, "--version"], min(settings.timeout_s, 60))
+        if isinstance(version, Unavailable):
+            c.tables["counters"].append(
+                status_row(c.run_id, None, "unavailable", version.reason, tool="perf")
+            )
+            return
+        tool_version = version.stdout.strip().removeprefix("perf version ") or None
+        line, note = llc_line_bytes(), pmu_note()
+        common = {"tool": "perf", "tool_version": tool_version}
+        common["metrics_requested"] = ",".join(settings.perf_events)
+        for config in configs:
+            stat = self.measure(config)
+            if isinstance(stat, Unavailable):
+                row = status_row(c.run_id, config.config_id, "unavailable", stat.reason, **common)
+                c.tables["counters"].append(row)
+                return
+            rows = self.rows(config, stat, line, note, common)
+            c.tables["counters"].extend(rows)
+            if rows[-1]["status"] == "unavailable":
+                return  # nothing counted: the next configuration meets the same PMU and perf
+
+    def measure(self, config: GemmConfig) -> PerfStat | Unavailable:
+        c, settings = self.c, self.c.settings
+        with tempfile.TemporaryDirectory(prefix="rooflab-perf-") as folder:
+            ctl, ack = Path(folder) / "ctl.fifo", Path(folder) / "ack.fifo"
+            os.mkfifo(ctl)
+            os.mkfifo(ack)
+            child = child_command(config, c.sweep["seed"], c.backend.name, settings.warmup_calls)
+            command = perf_stat_command(
+                settings.perf_events,
+                [*child, "--perf-control", f"{ctl},{ack}"],
+                perf=settings.perf,
+                output_path=Path(folder) / "perf.txt",
+                control=(ctl, ack),
+            )
+            log.info("perf stat %s", config.config_id)
+            return run_perf_stat(command, settings.timeout_s)
+
+    def rows(self, config, stat: PerfStat, line, note, common) -> list[dict]:
+        c, events = self.c, self.c.settings.perf_events
+        ids = {"run_id": c.run_id, "config_id": config.config_id, **common}
+        rows = []
+        for event in events:
+            count = stat.counts.get(event)
+            status = "ok" if count and count.status == "counted" else None
+            reason = None
+            if count is None:
+                status = "not in perf's output"
+            elif status is None:
+                status = count.status
+                reason = f"perf: <{count.status}>"
+            elif count.percent_running is not None and count.percent_running < 100:
+                reason = f"multiplexed: counted {count.percent_running:g}% of the time, scaled"
+            value = count.value if count and status == "ok" else None
+            unit = (count.unit or None) if count else None
+            rows.append(
+                {**ids, "scope": "range", "metric": event, "value": value, "unit": unit}
+                | {"status": status, "reason": reason}
+            )
+        if stat.returncode:
+            said = " | ".join(stat.other_lines[-6:]) or "no message"
+            why = f"perf stat exit status {stat.returncode} (perf or the measured child): {said}"
+            return [*rows, status_row(c.run_id, config.config_id, "unavailable", why, **common)]
+        derived = derive_cpu(stat, events, line_bytes=line, note=note)
+        for figure in derived.derived:
+            rows.append(
+                {**ids, "scope": "derived", "metric": figure["name"], "value": figure["value"]}
+                | {"unit": figure["unit"], "status": figure["kind"], "reason": figure["basis"]}
+            )
+        rows.append(
+            status_row(c.run_id, config.config_id, derived.status, derived.reason, **common)
+        )
+        return rows
