@@ -11,6 +11,7 @@ validate_config(config, " + ".join(map(str, workflow.configfiles)) or "config")
 include: "rules/common.smk"
 include: "rules/ceilings.smk"
 include: "rules/gemm.smk"
+include: "rules/counters.smk"
 include: "rules/roofline.smk"
 include: "rules/store.smk"
 

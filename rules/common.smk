@@ -40,6 +40,17 @@ def correctness_receipts(wildcards=None):
     )
 
 
+def counters_receipts(wildcards=None):
+    """One counters job per sweep and machine; none when `counters.enabled` is false."""
+    if not config["counters"]["enabled"]:
+        return []
+    return expand(
+        "results/sweeps/{sweep}/{machine}/counters.json",
+        sweep=sorted(config["sweeps"]),
+        machine=MACHINES,
+    )
+
+
 def machine_slurm_extra(wildcards):
     """sbatch options of a measuring job (used only by the Slurm executor): the node to itself,
     so no other job shares its caches, memory bandwidth, clocks or power; then the options that

@@ -1,8 +1,10 @@
-# Roofline points of every timed configuration against the ceilings of its own machine.
+# Roofline points of every timed configuration against the ceilings of its own machine (model
+# bytes), and hierarchical points from trusted, correctly paired hardware counters.
 rule roofline:
     input:
         ceilings=ceilings_receipts,
         timings=timing_receipts,
+        counters=counters_receipts,
     output:
         points="results/roofline/roofline_points.parquet",
     log:

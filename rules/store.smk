@@ -5,6 +5,7 @@ rule ingest:
         ceilings=ceilings_receipts,
         correctness=correctness_receipts,
         timings=timing_receipts,
+        counters=counters_receipts,
         roofline="results/roofline/roofline_points.parquet",
     output:
         receipt="results/store/ingest.json",

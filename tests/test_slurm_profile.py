@@ -13,7 +13,7 @@ from tests.conftest import REPO, copy_workflow, installed_script
 pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
 
 PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-MEASURING = ("ceilings", "correctness", "time_gemm")
+MEASURING = ("ceilings", "correctness", "time_gemm", "counters")
 TINY = yaml.safe_load((REPO / "tests" / "slurm" / "tiny.yaml").read_text())  # two sweeps
 
 
@@ -68,6 +68,7 @@ def test_dry_run_plans_the_campaign(dry_run):
         "ceilings": 1,
         "correctness": 2,
         "time_gemm": 2,
+        "counters": 2,
         "roofline": 1,
         "ingest": 1,
         "report": 1,
@@ -77,7 +78,7 @@ def test_dry_run_plans_the_campaign(dry_run):
 
 def test_measuring_jobs_take_a_whole_node(dry_run):
     jobs = [job for job in planned_jobs(dry_run) if job["rule"] in MEASURING]
-    assert len(jobs) == 5
+    assert len(jobs) == 7
     for job in jobs:
         assert job["threads"] == str(PROFILE["cores"]), job  # --cpus-per-task
         assert job["gpu"] == "1" and job["slurm_extra"] == "--exclusive", job
@@ -106,7 +107,8 @@ def test_each_machine_gets_its_ceilings_and_sweeps_on_its_own_nodes(tmp_path):
     plan = dry_run_of(copy_workflow(tmp_path, config))
     counts = job_counts(plan)
     assert (counts["ceilings"], counts["correctness"], counts["time_gemm"]) == (2, 4, 4)
+    assert counts["counters"] == 4
     extras = sorted(job["slurm_extra"] for job in planned_jobs(plan) if job["rule"] in MEASURING)
-    assert extras == ["--exclusive --constraint=h100"] * 5 + ["--exclusive --constraint=h200"] * 5
+    assert extras == ["--exclusive --constraint=h100"] * 7 + ["--exclusive --constraint=h200"] * 7
     assert "results/ceilings/h200/receipt.json" in plan
     assert "results/sweeps/a/h100/timing.json" in plan

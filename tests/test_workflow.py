@@ -1,5 +1,6 @@
 """The Snakemake workflow, run for real on a tiny campaign in a temporary copy of the repository."""
 
+import json
 import os
 import re
 import signal
@@ -63,7 +64,7 @@ def campaign(tmp_path_factory):
 
 def test_campaign_fills_the_store(campaign):
     kinds = dict(sql(campaign, "SELECT kind, count(*) FROM runs GROUP BY kind"))
-    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2}
+    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2, "counters": 2}
     assert not (campaign / "results" / "rooflab.duckdb").exists()  # config store.db, not here
     assert sql(campaign, "SELECT count(*) FROM gemm_points")[0][0] == 2 * 2 + 1
     assert sql(campaign, "SELECT count(*) FROM samples")[0][0] >= 5 * 3
@@ -74,6 +75,44 @@ def test_campaign_fills_the_store(campaign):
     assert (report / "roofline.png").stat().st_size > 0 and (report / "roofline.svg").exists()
     for log in ("ceilings/local", "correctness/a/local", "time_gemm/b/local", "roofline", "ingest"):
         assert (campaign / "logs" / f"{log}.log").stat().st_size > 0
+    assert (campaign / "logs" / "counters" / "a" / "local.log").stat().st_size > 0
+
+
+def test_counters_job_records_its_status_and_the_points_keep_model_bytes(campaign):
+    """perf around each sweep's child on this CPU. On these development machines (no virtual
+    PMU) perf counts no hardware event: every counters job succeeds, records `unavailable` with
+    perf's reason, and every Roofline point keeps model bytes."""
+    for sweep in ("a", "b"):
+        receipt = json.loads((campaign / f"results/sweeps/{sweep}/local/counters.json").read_text())
+        timing = json.loads((campaign / f"results/sweeps/{sweep}/local/timing.json").read_text())
+        assert receipt["kind"] == "counters" and receipt["timing_run_id"] == timing["run_id"]
+        assert receipt["status"] in ("unavailable", "ok", "partial", "none")
+        summary = sql(
+            campaign,
+            "SELECT status, unavailable_reason, tool FROM counters_summary "
+            f"WHERE run_id = '{receipt['run_id']}'",
+        )
+        assert summary == [(receipt["status"], receipt["reason"], "perf")]
+        if receipt["status"] == "unavailable":
+            assert receipt["reason"].startswith("perf: ")
+            assert receipt["trusted_calibrations"] == 0
+    assert sql(campaign, "SELECT DISTINCT q_source FROM roofline_points") == [("model",)]
+    assert sql(campaign, "SELECT count(*) FROM counter_calibration")[0][0] == 0
+    page = (campaign / "results" / "report" / "index.html").read_text()
+    unavailable = sql(
+        campaign, "SELECT count(*) FROM counters_summary WHERE status = 'unavailable'"
+    )
+    if unavailable[0][0]:
+        assert "<b>Hardware counters: unavailable</b> — perf: " in page
+        assert "points use model bytes (<code>q_source = model</code>)" in page
+
+
+def test_counters_can_be_left_out(tmp_path):
+    workdir = copy_workflow(tmp_path, {**TINY, "counters": {"enabled": False}})
+    dry = snakemake(workdir, "-n")
+    assert dry.returncode == 0, dry.stderr
+    counts = job_counts(dry.stdout)
+    assert "counters" not in counts and counts["time_gemm"] == 2
 
 
 def test_second_run_does_nothing(campaign):
@@ -90,6 +129,7 @@ def test_editing_one_sweep_reruns_only_that_sweep(campaign):
     assert job_counts(dry.stdout) == {
         "correctness": 1,
         "time_gemm": 1,
+        "counters": 1,
         "roofline": 1,
         "ingest": 1,
         "report": 1,
@@ -100,10 +140,12 @@ def test_editing_one_sweep_reruns_only_that_sweep(campaign):
     assert result.returncode == 0, result.stdout + result.stderr
     # The earlier run of sweep a is kept; the latest view shows the new M list.
     assert sql(campaign, "SELECT count(*) FROM runs WHERE kind = 'gemm' AND sweep = 'a'")[0][0] == 2
+    counters = "SELECT sweep, count(*) FROM runs WHERE kind = 'counters' GROUP BY 1 ORDER BY 1"
+    assert sql(campaign, counters) == [("a", 2), ("b", 1)]
     latest = sql(
         campaign,
         "SELECT DISTINCT m FROM latest_gemm_points WHERE sweep = 'a' "
-        "AND run_id = (SELECT max(run_id) FROM runs WHERE sweep = 'a')",
+        "AND run_id = (SELECT max(run_id) FROM runs WHERE sweep = 'a' AND kind = 'gemm')",
     )
     assert sorted(m for (m,) in latest) == [1, 2, 4]
 

@@ -14,7 +14,12 @@ from pathlib import Path
 import duckdb
 
 # Rule of the workflow -> kind of run it stores.
-MEASURING = {"ceilings": "ceilings", "correctness": "correctness", "time_gemm": "gemm"}
+MEASURING = {
+    "ceilings": "ceilings",
+    "correctness": "correctness",
+    "time_gemm": "gemm",
+    "counters": "counters",
+}
 SWEEPS = ("a", "b")  # tests/slurm/tiny.yaml
 
 
@@ -58,7 +63,8 @@ def main() -> int:
         for job_id, fields in completed_jobs(args.jobcomp).items()
         if fields["Name"] == run_name
     }
-    expected = {("ceilings", None)} | {(r, s) for r in ("correctness", "time_gemm") for s in SWEEPS}
+    per_sweep = ("correctness", "time_gemm", "counters")
+    expected = {("ceilings", None)} | {(r, s) for r in per_sweep for s in SWEEPS}
     if set(logged.values()) != expected or len(logged) != len(expected):
         problems.append(f"Slurm jobs by rule: {sorted(logged.values(), key=str)}, not {expected}")
     if set(completed) != set(logged):

@@ -1,0 +1,26 @@
+"""Rule counters: hardware counters of one sweep's timed configurations (ncu on a GPU, perf on a
+CPU), calibrated and paired with the sweep's timing run; `unavailable` with the reason otherwise."""
+
+import json
+
+from rooflab.backends.base import select_backend
+from rooflab.experiments.counters import CounterSettings, counters_status, run_counters
+from rooflab.workflow import keep_run, log_to, read_receipt
+
+log = log_to(snakemake.log[0])
+sweep_name, sweep = snakemake.wildcards.sweep, json.loads(snakemake.params.sweep)
+settings = CounterSettings.from_config(json.loads(snakemake.params.counters))
+timing = read_receipt(snakemake.input.timing)
+backend = select_backend(snakemake.params.backend)
+tables = run_counters(backend, sweep_name, sweep, settings, timing["run_dir"])
+status, reason = counters_status(tables["counters"])
+trusted = sum(bool(row["trusted"]) for row in tables["counter_calibration"])
+receipt = keep_run(
+    tables,
+    snakemake.output.receipt,
+    timing_run_id=timing["run_id"],
+    status=status,
+    reason=reason,
+    trusted_calibrations=trusted,
+)
+log.info("kept run %s: counters %s%s", receipt["run_id"], status, f" ({reason})" if reason else "")
