@@ -77,6 +77,20 @@ def store(tmp_path_factory) -> Path:
         "results/sweeps/tiny/runs",
         cwd=root,
     )
+    (timing_run,) = sorted((results / "sweeps" / "tiny" / "runs").iterdir())
+    _rooflab(
+        "measure",
+        "counters",
+        "--config",
+        "tiny.yaml",
+        "--sweep",
+        "tiny",
+        "--timing",
+        str(timing_run),
+        "--out",
+        "results/counters/tiny/runs",
+        cwd=root,
+    )
     ceilings = latest_ceilings_by_machine(sorted((results / "ceilings" / "runs").iterdir()))
     points = roofline_points(sorted((results / "sweeps" / "tiny" / "runs").iterdir()), ceilings)
     assert points, "the tiny sweep gave no Roofline points"
@@ -224,6 +238,27 @@ def test_page_is_one_offline_file_with_a_summary(built):
     assert "GB/s" in page and "GFLOP/s" in page and "Ridge points against DRAM" in page
     assert re.search(r"\d+</b> compute-bound, <b>\d+</b> memory-bound", page)
     assert "vegaEmbed" in page and len(page) > 500_000  # the libraries are inline
+
+
+def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, store):
+    """The store's counters run is real (`rooflab measure counters`: perf on this CPU). Where perf
+    counted nothing (these development machines: no PMU), the summary says so with perf's reason
+    and that the points use model bytes; the model points say q_source = model."""
+    (summary,) = query(store, "SELECT status, unavailable_reason FROM counters_summary").to_pylist()
+    page = built.index.read_text()
+    if summary["status"] != "unavailable":
+        pytest.skip(f"this machine's perf counted events (status {summary['status']})")
+    import html
+
+    reason = summary["unavailable_reason"]
+    assert reason.startswith("perf: cycles, instructions, LLC-load-misses, LLC-loads")
+    assert (
+        f"<p class='counters'><b>Hardware counters: unavailable</b> — {html.escape(reason)}; "
+        "points use model bytes (<code>q_source = model</code>).</p>"
+    ) in page
+    assert "hierarchical_roofline" not in built.charts
+    rows = [row for rows in built.specs["roofline"]["datasets"].values() for row in rows]
+    assert {row["q_source"] for row in rows if "achieved_flops_per_s" in row} == {"model"}
 
 
 def test_report_only_reads_the_store(store, tmp_path):
@@ -521,3 +556,67 @@ def test_failed_configuration_is_listed_under_the_roofline_and_not_drawn(history
 def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(history, tmp_path):
     assert history["report"].index.stat().st_size < 10_000_000
     _render_in_browser(history["report"], tmp_path)
+
+
+# -- hardware counters from CONSTRUCTED records (tests/constructed_counters.py) -------------------
+#
+# No GPU here, so the counters charts are built from constructed counters records: our own data
+# structures with made-up values on a machine named "constructed", never a measurement. They run
+# through the same roofline step (counter_points), ingest and report as real ones would.
+
+
+@pytest.fixture(scope="module")
+def constructed_report(tmp_path_factory):
+    from rooflab.roofline import counter_points
+    from tests import constructed_counters as constructed
+
+    results = tmp_path_factory.mktemp("constructed") / "results"
+    runs = constructed.write_campaign(results)
+    ceilings = latest_ceilings_by_machine([runs["ceilings"]])
+    model = roofline_points([runs["gemm"]], ceilings)
+    counted, notes = counter_points([runs["counters"]], [runs["gemm"]], ceilings)
+    assert counted and notes == []
+    write_points(model + counted, results / "roofline" / "roofline_points.parquet")
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    return {"db": db, "report": build_report(db, results.parent / "report"), "points": counted}
+
+
+def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(constructed_report):
+    from tests import constructed_counters as constructed
+
+    report = constructed_report["report"]
+    assert report.charts[:3] == ["roofline", "hierarchical_roofline", "model_vs_counted"]
+    spec = report.specs["hierarchical_roofline"]
+    for channel in ("x", "y"):
+        scales = [enc["scale"] for enc in _channel(spec, channel) if "scale" in enc]
+        assert scales and all(s["type"] == "log" for s in scales), channel
+    rows = [row for rows in spec["datasets"].values() for row in rows]
+    drawn = [row for row in rows if "achieved_flops_per_s" in row]
+    # one point per level per configuration and cache state, each at its own level's intensity
+    assert len(drawn) == len(constructed_report["points"]) == 2 * 2 * 3
+    assert {row["level"] for row in drawn} == {"HBM", "L2", "L1"}
+    assert {row["q_source"] for row in drawn} == {"counters"}
+    assert {row["config_id"] for row in drawn} == {
+        f"{constructed.config_id(m)} · {state}"
+        for m in constructed.MS
+        for state in ("warm", "cold")
+    }
+    roofs = {row["roof"] for row in rows if "roof" in row}
+    assert {"HBM 4 TB/s", "L2 10 TB/s", "bf16_tensor 700 TFLOP/s"} <= roofs
+    point_layer = _layers(spec)[-1]
+    assert point_layer["encoding"]["color"]["field"] == "level"
+    assert {t["field"] for t in point_layer["encoding"]["tooltip"]} >= {"pairing", "q_source"}
+    page = report.index.read_text()
+    assert "<b>4</b> configuration(s) with hierarchical points" in page
+    table = page.split("id='chart-model_vs_counted'", 1)[1].split("</section>", 1)[0]
+    assert "<table" in table and "model over-counts" in table and "counted / model" in table
+    # the model Roofline keeps its model points only
+    model_rows = [r for rs in report.specs["roofline"]["datasets"].values() for r in rs]
+    assert {r["q_source"] for r in model_rows if "achieved_flops_per_s" in r} == {"model"}
+    assert "constructed" in page  # the machine says what it is
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_constructed_counters_report_renders_in_a_real_browser(constructed_report, tmp_path):
+    _render_in_browser(constructed_report["report"], tmp_path)

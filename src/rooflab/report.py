@@ -147,16 +147,54 @@ _NEWEST_FAILED = """
     WHERE NOT c.passed
 """
 
-# The newest run's point per configuration and cache state on the machine; a configuration whose
-# newest check failed is not drawn, even if an older run timed it.
+# The newest run's point per configuration and cache state on the machine (model bytes); a
+# configuration whose newest check failed is not drawn, even if an older run timed it.
 _LATEST_POINTS = f"""
     SELECT p.*, r.started_at
     FROM roofline_points AS p JOIN runs AS r USING (run_id)
     WHERE p.machine_id = $machine AND r.backend = $backend
+      AND coalesce(p.q_source, 'model') = 'model'
       AND p.config_id NOT IN (SELECT config_id FROM ({_NEWEST_FAILED}))
     QUALIFY row_number() OVER (
         PARTITION BY p.config_id, p.cache_state ORDER BY r.started_at DESC, p.run_id DESC
     ) = 1
+"""
+
+# Hierarchical points (q_source = counters) of the machine: for each configuration and cache
+# state, every level of the newest timing run's newest counters run.
+_LATEST_COUNTER_POINTS = f"""
+    SELECT p.*, r.started_at
+    FROM roofline_points AS p JOIN runs AS r USING (run_id)
+    WHERE p.machine_id = $machine AND r.backend = $backend AND p.q_source = 'counters'
+      AND p.config_id NOT IN (SELECT config_id FROM ({_NEWEST_FAILED}))
+    QUALIFY dense_rank() OVER (
+        PARTITION BY p.config_id, p.cache_state
+        ORDER BY r.started_at DESC, p.run_id DESC, p.counters_run_id DESC
+    ) = 1
+"""
+
+# The newest counters run of each sweep on the machine: how each profile went (status rows have
+# no metric) and the calibrations, one row per status or calibration verdict and reason.
+_COUNTERS_STATE = """
+    WITH latest AS (
+        SELECT run_id, sweep FROM runs
+        WHERE kind = 'counters' AND machine_id = $machine AND backend = $backend
+        QUALIFY row_number() OVER (PARTITION BY sweep ORDER BY started_at DESC, run_id DESC) = 1
+    )
+    SELECT 'status' AS what, l.sweep, c.tool, c.status, c.reason, count(*) AS n
+    FROM counters AS c JOIN latest AS l USING (run_id)
+    WHERE c.metric IS NULL
+    GROUP BY ALL
+    UNION ALL
+    SELECT 'calibration', l.sweep, 'ncu',
+           CASE WHEN NOT k.trusted THEN 'untrusted'
+                WHEN k.pairing IS NULL THEN 'unpaired' ELSE 'trusted' END,
+           CASE WHEN NOT k.trusted THEN k.reason
+                WHEN k.pairing IS NULL THEN k.pairing_error END,
+           count(*)
+    FROM counter_calibration AS k JOIN latest AS l USING (run_id)
+    GROUP BY ALL
+    ORDER BY 1, 2, 4, 5
 """
 
 
@@ -171,7 +209,7 @@ def _points(connection, scope) -> pd.DataFrame:
         WITH latest AS ({_LATEST_POINTS})
         SELECT l.config_id, l.cache_state, l.sweep, l.m, l.n, l.k, l.dtype, l.layout, l.level,
                l.intensity, l.median_s, l.achieved_flops_per_s, l.attainable_flops_per_s,
-               l.efficiency, l.limiter, l.bound_s, l.run_id, l.compute_path,
+               l.efficiency, l.limiter, l.bound_s, l.run_id, l.compute_path, l.q_source,
                coalesce(g.noisy, false) AS noisy,
                (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
                c.clock_min_mhz, c.clock_max_mhz
@@ -190,6 +228,100 @@ def _points(connection, scope) -> pd.DataFrame:
 
 def _failed(connection, scope) -> pd.DataFrame:
     return _df(connection, f"{_NEWEST_FAILED} ORDER BY c.config_id, c.metric", _machine(scope))
+
+
+def _counter_points(connection, scope) -> pd.DataFrame:
+    return _df(
+        connection,
+        f"""
+        WITH latest AS ({_LATEST_COUNTER_POINTS})
+        SELECT l.config_id, l.cache_state, l.sweep, l.m, l.n, l.k, l.dtype, l.level, l.bytes,
+               l.intensity, l.median_s, l.achieved_flops_per_s, l.attainable_flops_per_s,
+               l.efficiency, l.limiter, l.limiting_level, l.compute_path, l.pairing,
+               l.cache_control, l.replay_mode, l.q_source, l.calibration_ratio,
+               l.counters_run_id, l.run_id, g.bytes_model
+        FROM latest AS l
+        LEFT JOIN gemm_points AS g USING (run_id, config_id, cache_state)
+        ORDER BY l.sweep, l.dtype, l.n, l.k, l.m, l.cache_state, l.level
+        """,
+        _machine(scope),
+    )
+
+
+def _counters_state(connection, scope) -> pd.DataFrame:
+    return _df(connection, _COUNTERS_STATE, _machine(scope))
+
+
+def counters_summary_html(state: pd.DataFrame, points: pd.DataFrame) -> str:
+    """The lines of a machine's summary about its hardware counters (nothing without a counters
+    run): unavailable with the reason, replays not admitted and why, and the points made."""
+    if state.empty:
+        return ""
+    esc = html.escape
+    lines = []
+    status = state[state.what == "status"]
+    unavailable = status[status.status == "unavailable"]
+    profiled = status[status.status.isin(["ok", "partial"])]
+    for reason, group in unavailable.groupby("reason", sort=True):
+        sweeps = ", ".join(sorted(set(group.sweep)))
+        scope = "" if profiled.empty else f" for sweep(s) {esc(sweeps)}"
+        lines.append(
+            f"<p class='counters'><b>Hardware counters: unavailable</b>{scope} — "
+            f"{esc(str(reason))}; points use model bytes (<code>q_source = model</code>).</p>"
+        )
+    calibration = state[state.what == "calibration"]
+    for verdict, words in (("untrusted", "failed calibration"), ("unpaired", "not paired")):
+        rows = calibration[calibration.status == verdict]
+        if not rows.empty:
+            reasons = "; ".join(esc(str(r)) for r in rows.reason)
+            lines.append(
+                f"<p class='counters warning'>Hardware counters: {int(rows.n.sum())} replay(s) "
+                f"{words}, no point from them: {reasons}.</p>"
+            )
+    if not points.empty:
+        configs = points[["config_id", "cache_state"]].drop_duplicates()
+        limiting = ", ".join(
+            f"{esc(level)} {count}"
+            for level, count in points.drop_duplicates(["config_id", "cache_state"])
+            .limiting_level.value_counts()
+            .items()
+        )
+        lines.append(
+            f"<p class='counters'>Hardware counters: <b>{len(configs)}</b> configuration(s) "
+            f"with hierarchical points (<code>q_source = counters</code>; limiting level: "
+            f"{limiting}); every other point uses model bytes (<code>q_source = model</code>)."
+            "</p>"
+        )
+    elif unavailable.empty and not profiled.empty:
+        lines.append(
+            "<p class='counters'>Hardware counters collected, but none reached a point; "
+            "points use model bytes (<code>q_source = model</code>).</p>"
+        )
+    return "\n".join(lines)
+
+
+def model_vs_counted_rows(points: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and cache state: model bytes vs the counted memory-level bytes."""
+    import pandas as pd
+
+    from rooflab.counters.points import model_vs_counted
+
+    memory = points[points.level.isin(MEMORY_LEVELS) & points.bytes_model.notna()]
+    rows = []
+    for r in memory.itertuples():
+        compared = model_vs_counted(float(r.bytes_model), float(r.bytes))
+        rows.append(
+            {
+                "config_id": r.config_id,
+                "cache_state": r.cache_state,
+                "bytes_model": compared.bytes_model,
+                "bytes_counted": compared.bytes_counted,
+                "ratio": compared.ratio,
+                "direction": compared.direction,
+            }
+        )
+    columns = ["config_id", "cache_state", "bytes_model", "bytes_counted", "ratio", "direction"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 # -- charts ---------------------------------------------------------------------------------------
@@ -353,6 +485,7 @@ def roofline_chart(
                 alt.Tooltip("limiter:N", title="limiter"),
                 alt.Tooltip("level:N", title="level"),
                 alt.Tooltip("intensity:Q", title="intensity (FLOP/byte)", format=".3~g"),
+                alt.Tooltip("q_source:N", title="bytes from (q_source)"),
                 alt.Tooltip("run_id:N", title="run"),
             ],
         )
@@ -768,8 +901,14 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
     ceilings = _ceilings(connection, scope)
     points = _points(connection, scope)
     failed = _failed(connection, scope)
+    counted = _counter_points(connection, scope)
     charts: list[Chart] = []
-    facts = {"ceilings": ceilings, "points": points, "failed": failed}
+    facts = {
+        "ceilings": ceilings,
+        "points": points,
+        "failed": failed,
+        "counters_html": counters_summary_html(_counters_state(connection, scope), counted),
+    }
 
     if not ceilings.empty or not points.empty:
         notes = ""
@@ -789,6 +928,9 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                 notes,
             )
         )
+
+    if not counted.empty:
+        charts += _counter_charts(counted, ceilings)
 
     if scope.get("ceilings_run_id"):
         sweep = _df(
@@ -987,6 +1129,53 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
     return charts, facts
 
 
+HIERARCHICAL_HOW = (
+    "Hardware counters (q_source = counters): each configuration and cache state is one "
+    "performance, its paired timing's median (flushed replay with the cold timing, no-flush "
+    "replay with the warm one, never across), drawn at one intensity per memory level: 2MNK over "
+    "the bytes counted at that level (HBM from DRAM bytes, L2 from lts bytes, L1 from l1tex "
+    "bytes). Its points are joined by a line; each is read against its own level's roof (same "
+    "colour), and the tightest one is the limiting level. Only counts whose FLOPs matched 2MNK "
+    "within 1% are drawn."
+)
+
+
+def _counter_charts(counted: pd.DataFrame, ceilings: pd.DataFrame) -> list[Chart]:
+    from rooflab.report_counters import (
+        hierarchical_roofline_chart,
+        model_vs_counted_chart,
+        model_vs_counted_table,
+    )
+
+    labelled = counted.assign(config_id=counted.config_id + " · " + counted.cache_state)
+    charts = [
+        Chart(
+            "hierarchical_roofline",
+            "Hierarchical Roofline (hardware counters)",
+            HIERARCHICAL_HOW,
+            hierarchical_roofline_chart(labelled, ceilings),
+        )
+    ]
+    compared = model_vs_counted_rows(counted)
+    if not compared.empty:
+        table = model_vs_counted_table(compared).to_html(
+            index=False, classes="model-vs-counted", border=0
+        )
+        charts.append(
+            Chart(
+                "model_vs_counted",
+                "Model bytes vs counted memory bytes",
+                "Per configuration and cache state: the cold-cache ledger Q_model (hollow) and "
+                "the bytes counted at the memory level (filled). Counted below model: operands "
+                "came from a cache (warm runs, reuse); counted above: the kernel moved more than "
+                "the ideal ledger (re-reads, write-allocate, workspace).",
+                model_vs_counted_chart(compared),
+                table,
+            )
+        )
+    return charts
+
+
 def _summary_html(connection, scope, facts) -> str:
     ceilings, points, failed = facts["ceilings"], facts["points"], facts["failed"]
     counts = _df(
@@ -1045,6 +1234,8 @@ def _summary_html(connection, scope, facts) -> str:
                 f"{esc(r.name)} {r.value / bw:.3g} FLOP/byte" for r in compute.itertuples()
             )
             out.append(f"<p>Ridge points against {level} ({bw / 1e9:.4g} GB/s): {ridges}.</p>")
+    if facts.get("counters_html"):
+        out.append(facts["counters_html"])
     if points.empty:
         out.append("<p>No Roofline points on this machine yet.</p>")
     else:

@@ -167,7 +167,9 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
             x=alt.X("x:Q", scale=x_scale),
             y=alt.Y("y:Q", scale=y_scale),
             color=alt.Color("level:N", scale=colour, title="memory level"),
-            shape=alt.Shape("config_id:N", title="configuration"),
+            shape=alt.Shape(
+                "config_id:N", title="configuration", legend=alt.Legend(labelLimit=400)
+            ),
             tooltip=point_tooltip,
         )
     )
@@ -228,7 +230,7 @@ def model_vs_counted_chart(rows: pd.DataFrame) -> alt.LayerChart:
         alt.Tooltip("ratio:Q", title="counted / model", format=".3~g"),
         alt.Tooltip("direction:N", title="direction"),
     ]
-    y = alt.Y("label:N", title="Configuration", sort=None)
+    y = alt.Y("label:N", title="Configuration", sort=None, axis=alt.Axis(labelLimit=400))
     rule = (
         alt.Chart(rows[(rows.bytes_model > 0) & (rows.bytes_counted > 0)])
         .mark_rule(color="#999")
