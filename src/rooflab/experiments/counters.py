@@ -224,20 +224,13 @@ def run_counters(
         step(context).run(selection.configs)
     tables["conditions"].append(conditions_row(backend, run_id, "after"))
     status, reason = counters_status(tables["counters"])
-    log.info(
-        "counters of sweep %s with %s: %s%s",
-        sweep_name,
-        tool,
-        status,
-        f" ({reason})" * bool(reason),
-    )
-    run_settings = {
+    log.info("counters of sweep %s with %s: %s (%s)", sweep_name, tool, status, reason or "")
+    run_settings = {  # what was asked for and of which timing run (the outcome is in the rows)
         "counters": asdict(settings),
         "tool": tool,
         "timing_run_id": timing_run["run_id"],
         "selected": [c.config_id for c in selection.configs],
         "sweep": dict(sweep),
-        "status": status,
     }
     tables["runs"] = [
         run_row(
