@@ -389,7 +389,7 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
 # newest copy is made 2x slower for one configuration and 2x faster for another (change chart),
 # and its check of a third configuration is marked failed (that configuration must vanish from the
 # Roofline and be listed under it). A second "node" is the same runs under another host and
-# machine id with its ceilings lowered 100x, so any mixing of the two machines shows in the numbers.
+# machine id with its ceilings lowered 10,000x, so any mixing of the two machines shows.
 
 HISTORY_RUNS = 200
 NODE_B = {"host": "node-b", "machine_id": "b" * 16}
@@ -452,7 +452,7 @@ def history(store, tmp_path_factory):
 
     def lower_ceilings(tables):
         for row in tables["ceilings"]:
-            row["value"] /= 100
+            row["value"] /= 10_000
 
     node_b = start + dt.timedelta(days=30)
     _copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=lower_ceilings)
@@ -493,25 +493,27 @@ def test_two_machines_get_their_own_sections_and_are_never_mixed(history, store)
     def roofline(names):
         (name,) = [n for n in names if n.endswith("__roofline")]
         rows = [row for rows in report.specs[name]["datasets"].values() for row in rows]
-        dram = {
+        # both ends of the DRAM roof: y = B·x, so y / x is B (to rounding)
+        dram = [
             row["y"] / row["x"]
             for row in rows
             if row.get("kind") == "bandwidth" and row["ceiling"].startswith("DRAM")
-        }
+        ]
+        assert len(dram) == 2 and dram[0] == pytest.approx(dram[1])
         points = {row["run_id"] for row in rows if "achieved_flops_per_s" in row}
-        return dram, points
+        return dram[0], points
 
-    (dram_a,), points_a = roofline(a)
-    (dram_b,), points_b = roofline(b)
+    dram_a, points_a = roofline(a)
+    dram_b, points_b = roofline(b)
     stored = query(
         history["db"],
         "SELECT host, max(value) AS v FROM latest_ceilings WHERE name = 'DRAM' GROUP BY host",
     ).to_pylist()
     stored = {row["host"]: row["v"] for row in stored}
     assert dram_a == pytest.approx(stored[own_host]) and dram_b == pytest.approx(stored["node-b"])
-    assert dram_b == pytest.approx(dram_a / 100)  # node b's ceilings were lowered
+    assert dram_b == pytest.approx(dram_a / 10_000)  # node b's ceilings were lowered
     assert points_a and points_b and points_a.isdisjoint(points_b)
-    # roofs 100x too low put node b's points above them, and its summary says so
+    # roofs 10,000x too low put node b's points above them, and its summary says so
     node_b_section = page.split("id='machine-node-b", 1)[1].split("<section class='machine'")[0]
     assert re.search(r"<b>\d+</b> point\(s\) sit above their roof", node_b_section)
     summary = query(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from rooflab.devices import DevicePreset, matching_preset, path_for_dtype
 from rooflab.store import StoreError, connect_read_only
+from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
     import altair as alt
@@ -327,13 +328,6 @@ def model_vs_counted_rows(points: pd.DataFrame) -> pd.DataFrame:
 # -- charts ---------------------------------------------------------------------------------------
 
 
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.4g} {prefix}{unit}"
-    return f"{value:.4g} {unit}"
-
-
 def _bytes_label(n: float) -> str:
     for factor, prefix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if n >= factor:
@@ -369,7 +363,7 @@ def roofline_chart(
     for level, bw in zip(levels, bws, strict=True):
         kernel = bandwidth.loc[level, "kernel"]
         end = top / bw if top else hi
-        text = f"{level} {_si(bw, 'B/s')} ({kernel})"
+        text = f"{level} {format_quantity(bw, 'byte_rate', 4)} ({kernel})"
         for x in (lo, min(end, hi)):
             lines.append(
                 {"ceiling": text, "kind": "bandwidth", "library": False, "x": x, "y": bw * x}
@@ -384,7 +378,7 @@ def roofline_chart(
     for path, peak in zip(paths, peaks, strict=True):
         library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
         start = peak / max(bws) if bws else lo
-        text = f"{path} {_si(peak, 'FLOP/s')}" + (" (library)" if library else "")
+        text = f"{path} {format_quantity(peak, 'flop_rate', 4)}" + (" (library)" if library else "")
         for x in (max(start, lo), hi):
             lines.append(
                 {"ceiling": text, "kind": "compute", "library": library, "x": x, "y": peak}
@@ -405,7 +399,9 @@ def roofline_chart(
         drawn = {p: v for p, v in datasheet.peak_flops_per_s.items() if p in dtypes}
         for path, peak in drawn.items():
             if path in dtypes:
-                text = f"{path} {_si(peak, 'FLOP/s')} (datasheet {datasheet.name})"
+                text = (
+                    f"{path} {format_quantity(peak, 'flop_rate', 4)} (datasheet {datasheet.name})"
+                )
                 lines += [
                     {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
                     for x in (lo, hi)
@@ -414,7 +410,7 @@ def roofline_chart(
                     {"ceiling": text, "x": lo * 1.1, "y": peak, "align": "left", "dy": -7}
                 )
         for level, bw in datasheet.bandwidth_b_per_s.items():
-            text = f"{level} {_si(bw, 'B/s')} (datasheet)"
+            text = f"{level} {format_quantity(bw, 'byte_rate', 4)} (datasheet)"
             end = min(hi, max(drawn.values()) / bw) if drawn else hi
             lines += [
                 {"ceiling": text, "kind": "bandwidth", "library": True, "x": x, "y": bw * x}
@@ -799,8 +795,8 @@ def stage_bounds_frame(scenario: dict, ceilings: pd.DataFrame) -> pd.DataFrame |
                 "on_critical_path": s.on_critical_path,
                 "critical_path_us": result.critical_path_s * 1e6,
                 "aggregate_us": result.aggregate_s * 1e6,
-                "ceilings": f"{scenario['compute_path']} {_si(peak, 'FLOP/s')}, "
-                f"{scenario['memory_level']} {_si(bandwidth, 'B/s')}",
+                "ceilings": f"{scenario['compute_path']} {format_quantity(peak, 'flop_rate', 4)}, "
+                f"{scenario['memory_level']} {format_quantity(bandwidth, 'byte_rate', 4)}",
             }
             for s in result.stages
         ]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from rooflab.units import format_quantity
+
 if TYPE_CHECKING:
     import altair as alt
     import pandas as pd
@@ -26,13 +28,6 @@ LEVEL_ORDER = ("HBM", "DRAM", "L2", "L1")  # slowest first
 LEVEL_COLOURS = {"HBM": "#d62728", "DRAM": "#d62728", "L2": "#1f77b4", "L1": "#2ca02c"}
 OTHER_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#17becf")
 WIDTH = 640
-
-
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.4g} {prefix}{unit}"
-    return f"{value:.4g} {unit}"
 
 
 def _levels(names) -> list[str]:
@@ -71,13 +66,13 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
 
     lines, labels = [], []
     for level, bw in bws.items():
-        text = f"{level} {_si(bw, 'B/s')}"
+        text = f"{level} {format_quantity(bw, 'byte_rate', 4)}"
         end = min(top / bw, hi) if top else hi
         for x in (lo, end):
             lines.append({"roof": text, "level": level, "kind": "bandwidth", "x": x, "y": bw * x})
         labels.append({"roof": text, "level": level, "x": lo, "y": bw * lo, "align": "left"})
     for path, peak in zip(compute.name, peaks, strict=True):
-        text = f"{path} {_si(peak, 'FLOP/s')}"
+        text = f"{path} {format_quantity(peak, 'flop_rate', 4)}"
         start = max(peak / max(bws.values()), lo) if bws else lo
         for x in (start, hi):
             lines.append({"roof": text, "level": None, "kind": "compute", "x": x, "y": peak})
@@ -188,8 +183,10 @@ def model_vs_counted_table(rows: pd.DataFrame) -> pd.DataFrame:
         {
             "configuration": rows.config_id,
             "cache state": rows.cache_state if "cache_state" in rows else "",
-            "model bytes (B)": rows.bytes_model.map(lambda b: _si(b, "B")),
-            "counted HBM bytes (B)": rows.bytes_counted.map(lambda b: _si(b, "B")),
+            "model bytes (B)": rows.bytes_model.map(lambda b: format_quantity(b, "bytes", 4)),
+            "counted HBM bytes (B)": rows.bytes_counted.map(
+                lambda b: format_quantity(b, "bytes", 4)
+            ),
             "counted / model": rows.ratio.map(lambda r: f"{r:.3g}"),
             "direction": rows.direction,
         }
