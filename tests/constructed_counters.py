@@ -22,7 +22,7 @@ MACHINE_ID = "constructed-gpu-0"
 HOST = "constructed-host"
 DEVICE = "constructed GPU (test data, not a measurement)"
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
-CEILINGS = {"HBM": 4.0e12, "L2": 1.0e13, "bf16_tensor": 7.0e14}
+CEILINGS = {"HBM": 4.0e12, "L2": 1.0e13, "L1": 3.0e13, "bf16_tensor": 7.0e14}
 BF16_OPS = "sm__ops_path_tensor_src_bf16_dst_fp32.sum"
 SWEEP = "reuse"
 N = K = 4096
@@ -84,9 +84,9 @@ def write_campaign(
         "20260601T020000Z-k0000000",
     )
     ceilings = [
-        {"run_id": ceilings_id, "kind": "bandwidth", "name": level, "kernel": "triad"}
+        {"run_id": ceilings_id, "kind": "bandwidth", "name": level, "kernel": kernel}
         | {"value": CEILINGS[level], "unit": "B/s"}
-        for level in ("HBM", "L2")
+        for level, kernel in (("HBM", "triad"), ("L2", "triad"), ("L1", "l1_read"))
     ]
     ceilings.append(
         {"run_id": ceilings_id, "kind": "compute", "name": "bf16_tensor", "kernel": "matmul"}

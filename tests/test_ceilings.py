@@ -1,11 +1,20 @@
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
+from rooflab.backends.base import LocalCache, Workload
+from rooflab.backends.cpu import CpuBackend
 from rooflab.config import ConfigError, validate_config
-from rooflab.experiments.ceilings import plateaus, settings_from_config, working_set_sizes
-from rooflab.records import read_run
+from rooflab.experiments.ceilings import (
+    QUICK,
+    plateaus,
+    run_ceilings,
+    settings_from_config,
+    working_set_sizes,
+)
+from rooflab.records import read_run, to_table
 from tests.conftest import run_rooflab
 
 KiB, MiB = 1024, 1024 * 1024
@@ -87,3 +96,60 @@ def test_quick_ceilings_keep_every_sweep_point_and_condition(quick_ceilings):
     assert all("throttle_reasons" in json.loads(c["unavailable"]) for c in conditions)
     (run,) = tables["runs"].to_pylist()
     assert run["kind"] == "ceilings" and json.loads(run["blas"])
+
+
+class PerCoreL1Backend(CpuBackend):
+    """The CPU backend with a local-cache sweep, as the CUDA backend has for its SMs' L1: each
+    thread reads its own `working_set_bytes` (a real measurement), so the experiment's handling
+    of per-unit working sets runs here without a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        l1d = next(
+            c["size_bytes"]
+            for c in self.identity["caches"]
+            if c["level"] == 1 and c["type"] in ("Data", "Unified")
+        )
+        self.local_cache = LocalCache("L1", l1d, "read_local", "the L1d of one core")
+
+    def local_cache_workload(self, working_set_bytes: int, threads: int) -> Workload:
+        shared = self.stream_workload("read", working_set_bytes * threads, threads)
+        return replace(shared, working_set_bytes=shared.amount_per_unit // threads)
+
+
+def test_a_local_cache_is_swept_per_unit_and_its_plateau_is_inside_one_unit():
+    backend = PerCoreL1Backend()
+    l1d = backend.local_cache.bytes_per_unit
+    settings = replace(
+        QUICK,
+        min_working_set_bytes=64 * KiB,
+        max_working_set_bytes=2 * MiB,
+        kernels=("read",),
+        window_s=0.002,
+        fma_dtypes=("fp64",),
+        blas_dtypes=(),
+    )
+    tables = run_ceilings(backend, settings)
+    for name, rows in tables.items():
+        to_table(name, rows)  # every row fits its schema
+    local = [r for r in tables["ceiling_sweep"] if r["kernel"] == "read_local"]
+    sizes = [r["working_set_bytes"] for r in local]
+    assert sizes == sorted(sizes) and sizes[0] <= 4 * KiB and sizes[-1] >= 3 * l1d
+    assert sizes[-1] <= 4 * l1d  # per core, not per core x threads
+    for row in local:
+        assert row["level"] == ("L1" if row["working_set_bytes"] <= l1d // 2 else None)
+    (ceiling,) = [r for r in tables["ceilings"] if r["kernel"] == "read_local"]
+    assert ceiling["name"] == "L1" and ceiling["working_set_max_bytes"] <= l1d // 2
+    assert ceiling["value"] == max(r["value"] for r in local if r["level"] == "L1")
+    assert "per-SM working sets" in ceiling["method"] and "the L1d of one core" in ceiling["method"]
+    # the shared sweep and its levels are untouched
+    assert {r["kernel"] for r in tables["ceilings"] if r["kind"] == "bandwidth"} == {
+        "read",
+        "read_local",
+    }
+    assert {c["config_id"] for c in tables["conditions"]} >= {"stream/read", "stream/read_local"}
+
+
+def test_backends_without_a_local_cache_get_no_local_sweep(quick_ceilings):
+    _, tables = quick_ceilings
+    assert set(tables["ceiling_sweep"].column("kernel").to_pylist()) == {"triad"}

@@ -370,8 +370,9 @@ def test_trusted_paired_counts_give_one_point_per_level(tmp_path):
     cold64 = {p["level"]: p for p in points if p["m"] == 64 and p["cache_state"] == "cold"}
     assert list(cold64) == ["HBM", "L2", "L1"]
     assert cold64["HBM"]["bytes"] == 36_000_000 and cold64["L2"]["bytes"] == 120_000_000
-    assert cold64["HBM"]["bandwidth_b_per_s"] == 4e12 and cold64["L1"]["bandwidth_b_per_s"] is None
-    assert {p["limiting_level"] for p in cold64.values()} == {"L2"}  # 1e13 x 17.9 < 4e12 x 59.7
+    assert cold64["HBM"]["bandwidth_b_per_s"] == 4e12 and cold64["L1"]["bandwidth_b_per_s"] == 3e13
+    # B x I: L1 3e13 x 5.37 < L2 1e13 x 17.9 < HBM 4e12 x 59.7
+    assert {p["limiting_level"] for p in cold64.values()} == {"L1"}
 
 
 @pytest.mark.parametrize(

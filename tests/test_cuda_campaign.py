@@ -162,6 +162,9 @@ def _run_row(run_id, kind):
 
 def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
     ceilings = [
+        # The SMs' L1 has a ceiling (for counter points) but holds no warm operands between
+        # kernels: neither a home for a warm point nor the memory.
+        {"run_id": "c", "kind": "bandwidth", "name": "L1", "kernel": "l1_read", "value": 30e12},
         {"run_id": "c", "kind": "bandwidth", "name": "L2", "kernel": "read", "value": 10e12},
         {"run_id": "c", "kind": "bandwidth", "name": "HBM", "kernel": "copy", "value": 4e12},
         {

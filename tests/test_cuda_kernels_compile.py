@@ -122,3 +122,12 @@ def test_stream_kernels_access_as_many_arrays_as_their_bytes_count(tmp_path):
         # One 16-byte access per array per element, in the 4-way unrolled loop and the remainder.
         assert accesses == 5 * arrays, kernel
         assert "ld.global.v2" not in body.replace("ld.global.cg", ""), kernel  # no L1-cached load
+
+
+@needs_nvcc
+def test_l1_read_loads_through_l1_once_per_vector(tmp_path):
+    body = _ptx_entries(tmp_path, "stream")["l1_read"]
+    # One 16-byte L1-cached load per vector, in the 4-way unrolled loop and the remainder; no
+    # store, no load that bypasses L1 (the bytes counted are the L1's reads).
+    assert body.count("ld.global.ca.v2.f64") == 5
+    assert "ld.global.cg" not in body and "st.global" not in body.replace("st.global.f64", "")

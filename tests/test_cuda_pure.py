@@ -20,9 +20,11 @@ from rooflab.backends.bfloat16 import (
 )
 from rooflab.backends.cublas_args import GEMM_TYPES, OP_N, OP_T, row_major_gemm
 from rooflab.backends.cuda import (
+    BLOCK,
     STREAM_ARRAYS,
     fma_flops_per_iteration,
     fma_kernel_shape,
+    l1_vectors,
     stream_vectors,
 )
 from rooflab.backends.random_operands import random_nonzero
@@ -255,6 +257,15 @@ def test_stream_vectors_give_every_thread_the_same_share(kernel):
     assert stream_vectors(kernel, 16, threads) == 32  # never empty
     with pytest.raises(BackendError, match="unknown stream kernel"):
         stream_vectors("scale", 1 << 20, threads)
+
+
+def test_l1_vectors_are_whole_blocks_within_the_set():
+    for working_set in (4096, 4096 + 16, 100_000, 233_472, 4 * 233_472):
+        n = l1_vectors(working_set)
+        assert n % BLOCK == 0 and working_set - BLOCK * 16 < n * 16 <= working_set
+    assert l1_vectors(16) == BLOCK  # never empty
+    with pytest.raises(BackendError, match="beyond the kernel's index"):
+        l1_vectors(16 << 32)
 
 
 # -- no GPU here ----------------------------------------------------------------------------------

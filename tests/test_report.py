@@ -605,7 +605,10 @@ def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(co
         for state in ("warm", "cold")
     }
     roofs = {row["roof"] for row in rows if "roof" in row}
-    assert {"HBM 4 TB/s", "L2 10 TB/s", "bf16_tensor 700 TFLOP/s"} <= roofs
+    assert {"HBM 4 TB/s", "L2 10 TB/s", "L1 30 TB/s", "bf16_tensor 700 TFLOP/s"} <= roofs
+    # every level's point is bounded by its own roof, L1 (the CUDA backend's l1_read) included
+    for point in constructed_report["points"]:
+        assert point["bandwidth_b_per_s"] == constructed.CEILINGS[point["level"]]
     point_layer = _layers(spec)[-1]
     assert point_layer["encoding"]["color"]["field"] == "level"
     assert {t["field"] for t in point_layer["encoding"]["tooltip"]} >= {"pairing", "q_source"}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rooflab.devices import DevicePreset, matching_preset, path_for_dtype
+from rooflab.roofline import MEMORY_LEVELS
 from rooflab.store import StoreError, connect_read_only
 from rooflab.units import format_quantity
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM", "HBM")  # fastest first
-MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
 FMA_PATHS = ("fp64_fma", "fp32_fma", "fp16_fma")
 # library GEMM ceilings: BLAS on a CPU, cuBLAS (tensor cores where the dtype has them) on a GPU
 LIBRARY_PATHS = (
@@ -950,13 +950,20 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
             [scope["ceilings_run_id"]],
         )
         if not sweep.empty:
+            per_sm = (
+                " l1_read (the SMs' L1) is drawn against the working set of one SM: every SM "
+                "reads the same buffer, and its bandwidth is that of all SMs together."
+                if (sweep.kernel == "l1_read").any()
+                else ""
+            )
             charts.append(
                 Chart(
                     "ceiling_sweep",
                     "Ceiling sweep",
                     "Bandwidth of each kernel as the working set grows (newest ceilings run): "
                     "each drop marks a cache level left behind (dashed rules: total cache "
-                    "capacities), and each shaded plateau is where that level's ceiling was taken.",
+                    "capacities), and each shaded plateau is where that level's ceiling was taken."
+                    + per_sm,
                     sweep_chart(sweep, plateaus, _cache_capacities(scope.get("machine"))),
                 )
             )

@@ -50,6 +50,7 @@ COMPUTE_PATH = {
     },
 }
 MEMORY_LEVEL = "DRAM"  # the memory's name when the ceilings do not say otherwise
+MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
 
 
 def compute_path(backend: str | None, dtype: str) -> str | None:
@@ -73,7 +74,9 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
             else:
                 bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
         caches = cache_bytes_by_level(json.loads(run["machine"])) if run["machine"] else {}
-        memories = sorted(name for name in bandwidth if name not in caches)
+        # Not "every level that is not a cache of the identity": a GPU's L1 has a ceiling but is no
+        # home for a warm GEMM's operands (it does not outlive a kernel).
+        memories = sorted(name for name in bandwidth if name in MEMORY_LEVELS)
         latest[run["machine_id"]] = {
             "run_id": run["run_id"],
             "started_at": run["started_at"],

@@ -74,16 +74,23 @@ for name in Snakefile rules workflow_scripts config profiles environment.yml; do
     cp -r "$REPO/$name" "$CAMPAIGN/"
 done
 campaign_started=$SECONDS
-(cd "$CAMPAIGN" && PATH="$VENV/bin:$PATH" timeout "$CAMPAIGN_TIMEOUT_S" snakemake --cores all \
-    --configfile config/gpu.yaml --scheduler greedy) || FAILED+=("campaign")
+STORE=$CAMPAIGN/results/rooflab.duckdb
+if ! (cd "$CAMPAIGN" && PATH="$VENV/bin:$PATH" timeout "$CAMPAIGN_TIMEOUT_S" snakemake --cores all \
+    --configfile config/gpu.yaml --scheduler greedy); then
+    FAILED+=("campaign")
+    # Keep what the finished jobs measured: their run folders go into a store of their own, so
+    # the summary still shows the ceilings and sweeps that completed before the failure or cap.
+    STORE=$CAMPAIGN/results/partial.duckdb
+    (cd "$CAMPAIGN" && "$PY" -m rooflab store ingest --db "$STORE" --results results) \
+        || echo "partial ingest failed"
+fi
 echo "campaign took $((SECONDS - campaign_started)) s"
 mkdir -p "$OUT/campaign"
 cp -r "$CAMPAIGN/logs" "$OUT/campaign/" 2>/dev/null
 cp -r "$CAMPAIGN/results/report" "$OUT/campaign/" 2>/dev/null
-cp "$CAMPAIGN/results/rooflab.duckdb" "$OUT/campaign/" 2>/dev/null
+cp "$STORE" "$OUT/campaign/" 2>/dev/null
 
 step "summary"
-STORE=$CAMPAIGN/results/rooflab.duckdb
 if [[ -f $STORE ]] && "$PY" "$REPO/tests/gpu/device_summary.py" "$STORE" >"$OUT/summary.txt"; then
     :
 else

@@ -175,10 +175,17 @@ def test_quick_ceilings_give_l2_and_hbm_and_the_tensor_path(cuda):
         to_table(name, rows)  # every row fits its schema
     value = {(r["name"], r["kernel"]): r["value"] for r in tables["ceilings"]}
     names = {name for name, _ in value}
-    assert {"L2", "HBM", "fp32_fma", "fp16_fma", "bf16_tensor"} <= names
+    assert {"L1", "L2", "HBM", "fp32_fma", "fp16_fma", "bf16_tensor"} <= names
     for kernel in ("read", "triad"):
         assert value[("L2", kernel)] > value[("HBM", kernel)]
         assert value[("HBM", kernel)] < _datasheet_hbm(cuda)
+    # L1 above L2, and below what the SMs' load path can move at the highest SM clock: 128 B per
+    # clock per SM on sm_80 and sm_90 (64 on older parts; the bound is then generous).
+    assert value[("L1", "l1_read")] > value[("L2", "read")]
+    max_clock_hz = cuda.identity["gpu"]["max_clock_sm_mhz"] * 1e6
+    assert value[("L1", "l1_read")] < 128 * cuda.sm_count * max_clock_hz
+    l1 = [r for r in tables["ceiling_sweep"] if r["kernel"] == "l1_read"]
+    assert max(r["working_set_bytes"] for r in l1) >= 4 * cuda.l1_bytes_per_sm - 1024
     assert value[("bf16_tensor", "matmul")] > 2 * value[("fp32_fma", "fma_chains")]
     for row in tables["ceilings"]:
         assert row["sm_clock_max_mhz"] > 100 and row["clock_moved"] is not None

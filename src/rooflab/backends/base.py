@@ -42,6 +42,19 @@ class Workload:
     amount_per_unit: int  # bytes (bandwidth) or FLOP (compute) per unit
     unit: str  # "B" or "FLOP"
     threads: int | None = None  # threads it really runs, where it differs from those asked for
+    # Bytes the data occupies, where that is not the amount per unit (each SM's set of the L1 read)
+    working_set_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class LocalCache:
+    """A cache of each SM (or core) that the shared working-set sweep cannot reach (a GPU's L1:
+    the sweep's loads bypass it), swept on its own by `local_cache_workload`."""
+
+    level: str  # e.g. "L1"
+    bytes_per_unit: int  # the data capacity of one SM's (core's) cache, a lower bound
+    kernel: str  # the kernel's name in the sweep and ceilings tables
+    capacity_note: str  # where bytes_per_unit comes from
 
 
 class Backend(ABC):
@@ -51,6 +64,7 @@ class Backend(ABC):
     fma_dtypes: tuple[str, ...]
     array_module: Any = np  # numpy or cupy: where operands live and checks are computed
     memory_level: str = "DRAM"  # the name of the memory behind the last cache level
+    local_cache: LocalCache | None = None
     # How it was chosen (select_backend sets these; they go into the `runs` row).
     backend_requested: str | None = None
     backend_note: str | None = None
@@ -113,6 +127,10 @@ class Backend(ABC):
 
     @abstractmethod
     def fma_workload(self, dtype: str, threads: int) -> Workload: ...
+
+    def local_cache_workload(self, working_set_bytes: int, threads: int) -> Workload:
+        """Every SM reads the same `working_set_bytes` over and over; amount: all SMs' reads."""
+        raise BackendError(f"backend {self.name} has no separate local-cache sweep")
 
     @contextlib.contextmanager
     def sampling_conditions(self, config_id: str | None = None) -> Iterator[list[dict]]:

@@ -34,7 +34,7 @@ from importlib import metadata, resources
 import numpy as np
 
 from rooflab import machine
-from rooflab.backends.base import Backend, BackendError, GemmOperands, Workload
+from rooflab.backends.base import Backend, BackendError, GemmOperands, LocalCache, Workload
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
 from rooflab.backends.cublas_args import GEMM_TYPES, row_major_gemm
 from rooflab.backends.random_operands import random_nonzero
@@ -87,6 +87,15 @@ def stream_vectors(kernel: str, working_set_bytes: int, threads: int) -> int:
     return max(32, vectors // unit * unit)
 
 
+def l1_vectors(working_set_bytes: int) -> int:
+    """16-byte vectors of the L1 read's per-SM set: a multiple of the block (every thread the
+    same share), at least one block's worth, below 2^32 (the kernel's index)."""
+    vectors = working_set_bytes // VECTOR_BYTES // BLOCK * BLOCK
+    if vectors >= 2**32:
+        raise BackendError(f"L1 working set of {working_set_bytes} B is beyond the kernel's index")
+    return max(BLOCK, vectors)
+
+
 def _version_text(version: int) -> str:
     """CUDA's integer versions: 12040 -> '12.4'."""
     return f"{version // 1000}.{version % 1000 // 10}"
@@ -120,6 +129,19 @@ class CudaBackend(Backend):
         self.sm_count = int(attributes["MultiProcessorCount"])
         self.l2_bytes = int(attributes["L2CacheSize"])
         self.max_threads_per_sm = int(attributes["MaxThreadsPerMultiProcessor"])
+        # L1 and shared memory are one array per SM; with no shared memory carved out (what the L1
+        # kernel asks for), its L1 holds at least the most shared memory an SM can give (sm_90:
+        # 256 KiB array, 228 KiB shared; sm_80: 192 and 164 KiB). CUDA reports no L1 size.
+        self.l1_bytes_per_sm = int(attributes["MaxSharedMemoryPerMultiprocessor"])
+        self.local_cache = LocalCache(
+            level="L1",
+            bytes_per_unit=self.l1_bytes_per_sm,
+            kernel="l1_read",
+            capacity_note=(
+                "per-SM L1 data capacity taken as cudaDevAttrMaxSharedMemoryPerMultiprocessor, a "
+                "lower bound of the unified L1/shared array with no shared memory carved out"
+            ),
+        )
         self.compute_capability = int(self.device.compute_capability)  # e.g. 90
         self.device_name = _text(properties["name"])
         self.memory_bytes = int(properties["totalGlobalMem"])
@@ -145,12 +167,15 @@ class CudaBackend(Backend):
         self._kernels = {
             name: self._modules[module].get_function(name)  # compiles (NVRTC, cached on disk)
             for module, names in (
-                ("stream", ("stream_read", "stream_copy", "stream_triad", "flush_rmw")),
+                ("stream", ("stream_read", "stream_copy", "stream_triad", "l1_read", "flush_rmw")),
                 ("fma", ("fma_fp64", "fma_fp32", "fma_fp16")),
                 ("timing", ("hold_stream",)),
             )
             for name in names
         }
+        # All of the unified L1/shared array as L1: an attribute of our own kernel, not a device
+        # setting.
+        self._kernels["l1_read"].preferred_shared_memory_carveout = 0
 
         # cuBLAS: a handle of our own, so no one else's math mode (CUPY_TF32) reaches fp32.
         self._handle = cublas.create()
@@ -194,6 +219,7 @@ class CudaBackend(Backend):
             self.fma_workload(dtype, BLOCK).run(1)
         for kernel in self.stream_kernels:
             self.stream_workload(kernel, 64 * 1024, BLOCK).run(1)
+        self.local_cache_workload(64 * 1024, BLOCK).run(1)
         self.synchronize()
         if self._timed_out.value:
             raise BackendError("the stream-holding kernel timed out although it was released")
@@ -214,6 +240,7 @@ class CudaBackend(Backend):
             "compute_capability": f"{self.compute_capability // 10}.{self.compute_capability % 10}",
             "sm_count": self.sm_count,
             "l2_bytes": self.l2_bytes,
+            "l1_bytes_per_sm_lower_bound": self.l1_bytes_per_sm,
             "memory_bytes": self.memory_bytes,
             "max_threads_per_sm": self.max_threads_per_sm,
             **{k: v for k, v in static.items() if k not in ("nvml_uuid",)},
@@ -465,6 +492,30 @@ class CudaBackend(Backend):
             amount_per_unit=n * VECTOR_BYTES * STREAM_ARRAYS[kernel],
             unit="B",
             threads=grid * BLOCK,
+        )
+
+    def local_cache_workload(self, working_set_bytes: int, threads: int) -> Workload:
+        cp = self._cp
+        function = self._kernels["l1_read"]
+        grid = self._grid(function, threads)
+        n = l1_vectors(working_set_bytes)
+        with self._stream:
+            array = cp.full(2 * n, _STREAM_INIT, dtype=cp.float64)
+            sink = cp.zeros(1, dtype=cp.float64)
+
+        def run(reps: int) -> None:
+            if not 1 <= reps < 2**31:
+                raise BackendError(f"reps must be in [1, 2^31), got {reps}")
+            args = (array, np.uint32(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
+            with self._stream:
+                function((grid,), (BLOCK,), args)
+
+        return Workload(
+            run=run,
+            amount_per_unit=grid * n * VECTOR_BYTES,  # every block reads all n vectors per pass
+            unit="B",
+            threads=grid * BLOCK,
+            working_set_bytes=n * VECTOR_BYTES,
         )
 
     def fma_workload(self, dtype: str, threads: int) -> Workload:

@@ -26,6 +26,9 @@ from rooflab.units import UnitError, parse_bytes
 # A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
 # at DRAM_ABOVE x the total cache capacity.
 PLATEAU_ABOVE, PLATEAU_BELOW, DRAM_ABOVE = 2.0, 0.5, 4.0
+# A backend's local cache (a GPU's L1) is swept per SM from LOCAL_MIN_BYTES to LOCAL_ABOVE x its
+# capacity, so the sweep shows the plateau and the fall into the next level.
+LOCAL_MIN_BYTES, LOCAL_ABOVE = 4 * 1024, 4
 
 
 @dataclass(frozen=True)
@@ -168,8 +171,16 @@ def run_ceilings(
         "ceiling_sweep": [],
         "samples": [],
     }
+    local = backend.local_cache
+    local_sizes = (
+        working_set_sizes(
+            LOCAL_MIN_BYTES, LOCAL_ABOVE * local.bytes_per_unit, settings.points_per_octave
+        )
+        if local is not None
+        else []
+    )
     progress = Progress("ceilings")
-    total = len(settings.kernels) * len(sizes)
+    total = len(settings.kernels) * len(sizes) + len(local_sizes)
     done = 0
 
     # FMA rounds are spread over the whole run (first, after each bandwidth kernel, last) and each
@@ -195,20 +206,22 @@ def run_ceilings(
             progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s")
         rounds += 1
 
-    fma_round()
-    for kernel in settings.kernels:
-        stream_id = f"stream/{kernel}"
-        tables["conditions"].append(conditions_row(backend, run_id, "before", stream_id))
+    def bandwidth_sweep(kernel, sizes, workload_for, level_windows, words) -> None:
+        """Time `kernel` at each working set; each level's ceiling is its best plateau point."""
+        nonlocal done
+        config_id = f"stream/{kernel}"
+        tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
         points = []
         kernel_threads = threads
-        with backend.sampling_conditions(stream_id) as during, backend.nvtx_range(stream_id):
+        with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
             for size in sizes:
-                workload = backend.stream_workload(kernel, size, threads)
+                workload = workload_for(size)
                 kernel_threads = workload.threads or threads
                 rate, reps, iqr = time_workload(
                     backend, workload, settings.window_s, settings.windows
                 )
-                working_set = workload.amount_per_unit  # one pass touches the whole working set
+                # one pass touches the whole working set, unless the workload says otherwise
+                working_set = workload.working_set_bytes or workload.amount_per_unit
                 level = next(
                     (name for name, (lo, hi) in level_windows.items() if lo <= working_set <= hi),
                     None,
@@ -232,8 +245,8 @@ def run_ceilings(
                 done += 1
                 progress.update(f"{kernel} {working_set} B: {rate / 1e9:.1f} GB/s", done / total)
         tables["conditions"].extend(during_rows(run_id, during))
-        tables["conditions"].append(conditions_row(backend, run_id, "after", stream_id))
-        flags = _flags(tables, {stream_id}, settings.max_clock_change)
+        tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
+        flags = _flags(tables, {config_id}, settings.max_clock_change)
         for level, (lo, hi) in level_windows.items():
             on_plateau = [(ws, rate) for ws, rate, name in points if name == level]
             if not on_plateau:
@@ -248,7 +261,7 @@ def run_ceilings(
                     "value": max(rate for _, rate in on_plateau),
                     "unit": "B/s",
                     "method": (
-                        f"best of {len(on_plateau)} sweep points with working sets in "
+                        f"best of {len(on_plateau)} sweep points with {words} in "
                         f"[{lo}, {hi}] B, each the median of {settings.windows} windows of "
                         f">= {settings.window_s} s; STREAM byte convention, write-allocate "
                         f"traffic not counted"
@@ -261,6 +274,25 @@ def run_ceilings(
                     **flags,
                 }
             )
+
+    fma_round()
+    for kernel in settings.kernels:
+        bandwidth_sweep(
+            kernel,
+            sizes,
+            lambda size, kernel=kernel: backend.stream_workload(kernel, size, threads),
+            level_windows,
+            "working sets",
+        )
+        fma_round()
+    if local is not None:
+        bandwidth_sweep(
+            local.kernel,
+            local_sizes,
+            lambda size: backend.local_cache_workload(size, threads),
+            {local.level: (0, int(PLATEAU_BELOW * local.bytes_per_unit))},
+            f"per-SM working sets (every SM reads the same buffer; {local.capacity_note})",
+        )
         fma_round()
 
     for dtype in settings.blas_dtypes:

@@ -1,4 +1,5 @@
-// Bandwidth kernels of the GPU ceilings: read, copy and triad over fp64 arrays, plus the cache flush.
+// Bandwidth kernels of the GPU ceilings: read, copy and triad over fp64 arrays (L2 and HBM), the L1
+// read (l1_read), and the cache flush.
 //
 // Compiled at run time by CuPy (RawModule, NVRTC) and, in the tests, by nvcc for sm_80 and sm_90.
 // No #include: NVRTC needs none for this file, so it compiles the same wherever CuPy runs.
@@ -9,8 +10,8 @@
 //   thread visits i, i + stride, ... and one call makes `reps` passes over the arrays with no
 //   barrier between passes, so the launch cost is paid once per call.
 // - Loads are ld.global.cg (cache in L2, not L1) and stores st.global.cg: the sweep measures L2
-//   and HBM, never the SMs' L1. Both are `asm volatile`, so the compiler can neither drop a pass
-//   nor merge the identical passes of a call.
+//   and HBM, never the SMs' L1 (l1_read, below, measures that). All are `asm volatile`, so the
+//   compiler can neither drop a pass nor merge the identical passes of a call.
 // - Bytes follow STREAM's convention per vector: read 16, copy 32, triad 48 (GPU stores of whole
 //   sectors need no read for ownership, so this is also the traffic).
 // - `read` writes its sum only when it equals `sentinel`, a value the positive data can never
@@ -21,6 +22,12 @@
 __device__ __forceinline__ double2 load_cg(const double2* p) {
     double2 v;
     asm volatile("ld.global.cg.v2.f64 {%0, %1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ double2 load_ca(const double2* p) {
+    double2 v;
+    asm volatile("ld.global.ca.v2.f64 {%0, %1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p));
     return v;
 }
 
@@ -110,6 +117,37 @@ extern "C" __global__ void stream_triad(double2* a, const double2* b, const doub
         for (; i < n; i += stride) {
             store_cg(a + i, triad_of(load_cg(b + i), load_cg(c + i), s));
         }
+    }
+}
+
+// The L1 ceiling: every block reads the same `n` vectors (the working set of each SM) `reps` times
+// with ld.global.ca (cached in L1 as well as L2). After the first pass each SM finds them in its own
+// L1, as long as the set fits there; larger sets fall through to the L2. Bytes: 16 per vector per
+// block per pass, the traffic the SMs' L1 serves (what l1tex__t_bytes counts).
+extern "C" __global__ void l1_read(const double2* a, unsigned int n, int reps, double sentinel,
+                                   double* sink) {
+    const unsigned int stride = blockDim.x;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (int r = 0; r < reps; ++r) {
+        unsigned int i = threadIdx.x;
+        for (; i + 3 * stride < n; i += ROOFLAB_UNROLL * stride) {
+            const double2 v0 = load_ca(a + i);
+            const double2 v1 = load_ca(a + i + stride);
+            const double2 v2 = load_ca(a + i + 2 * stride);
+            const double2 v3 = load_ca(a + i + 3 * stride);
+            s0 += v0.x + v0.y;
+            s1 += v1.x + v1.y;
+            s2 += v2.x + v2.y;
+            s3 += v3.x + v3.y;
+        }
+        for (; i < n; i += stride) {
+            const double2 v = load_ca(a + i);
+            s0 += v.x + v.y;
+        }
+    }
+    const double total = (s0 + s1) + (s2 + s3);
+    if (total == sentinel) {
+        sink[0] = total;
     }
 }
 
