@@ -76,10 +76,11 @@ done
 campaign_started=$SECONDS
 STORE=$CAMPAIGN/results/rooflab.duckdb
 if ! (cd "$CAMPAIGN" && PATH="$VENV/bin:$PATH" timeout "$CAMPAIGN_TIMEOUT_S" snakemake --cores all \
-    --configfile config/gpu.yaml --scheduler greedy); then
+    --configfile config/gpu.yaml --scheduler greedy --keep-going); then
     FAILED+=("campaign")
-    # Keep what the finished jobs measured: their run folders go into a store of their own, so
-    # the summary still shows the ceilings and sweeps that completed before the failure or cap.
+    # Keep what the finished jobs measured (--keep-going: one failed job does not stop the
+    # others): their run folders go into a store of their own, so the summary still shows the
+    # ceilings and sweeps that completed before a failure or the time cap.
     STORE=$CAMPAIGN/results/partial.duckdb
     (cd "$CAMPAIGN" && "$PY" -m rooflab store ingest --db "$STORE" --results results) \
         || echo "partial ingest failed"

@@ -89,11 +89,8 @@ def stream_vectors(kernel: str, working_set_bytes: int, threads: int) -> int:
 
 def l1_vectors(working_set_bytes: int) -> int:
     """16-byte vectors of the L1 read's per-SM set: a multiple of the block (every thread the
-    same share), at least one block's worth, below 2^32 (the kernel's index)."""
-    vectors = working_set_bytes // VECTOR_BYTES // BLOCK * BLOCK
-    if vectors >= 2**32:
-        raise BackendError(f"L1 working set of {working_set_bytes} B is beyond the kernel's index")
-    return max(BLOCK, vectors)
+    same share), at least one block's worth."""
+    return max(BLOCK, working_set_bytes // VECTOR_BYTES // BLOCK * BLOCK)
 
 
 def _version_text(version: int) -> str:
@@ -506,7 +503,7 @@ class CudaBackend(Backend):
         def run(reps: int) -> None:
             if not 1 <= reps < 2**31:
                 raise BackendError(f"reps must be in [1, 2^31), got {reps}")
-            args = (array, np.uint32(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
+            args = (array, np.uint64(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
             with self._stream:
                 function((grid,), (BLOCK,), args)
 

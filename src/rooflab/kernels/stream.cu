@@ -14,8 +14,6 @@
 //   compiler can neither drop a pass nor merge the identical passes of a call.
 // - Bytes follow STREAM's convention per vector: read 16, copy 32, triad 48 (GPU stores of whole
 //   sectors need no read for ownership, so this is also the traffic).
-// - `read` writes its sum only when it equals `sentinel`, a value the positive data can never
-//   sum to: the loads stay live and no bytes are added.
 
 #define ROOFLAB_UNROLL 4
 
@@ -35,25 +33,28 @@ __device__ __forceinline__ void store_cg(double2* p, double2 v) {
     asm volatile("st.global.cg.v2.f64 [%0], {%1, %2};" : : "l"(p), "d"(v.x), "d"(v.y) : "memory");
 }
 
-extern "C" __global__ void stream_read(const double2* a, unsigned long long n, int reps,
-                                       double sentinel, double* sink) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+// `reps` passes reading a[first], a[first + stride], ... below n into four independent sums (so
+// the loads overlap). The total is stored only if it equals `sentinel`, which positive data never
+// sums to: the loads stay live and no bytes are added. Load: load_cg (L2, HBM) or load_ca (L1).
+template <double2 (*Load)(const double2*)>
+__device__ __forceinline__ void read_passes(const double2* a, unsigned long long first,
+                                            unsigned long long stride, unsigned long long n,
+                                            int reps, double sentinel, double* sink) {
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     for (int r = 0; r < reps; ++r) {
         unsigned long long i = first;
         for (; i + 3 * stride < n; i += ROOFLAB_UNROLL * stride) {
-            const double2 v0 = load_cg(a + i);
-            const double2 v1 = load_cg(a + i + stride);
-            const double2 v2 = load_cg(a + i + 2 * stride);
-            const double2 v3 = load_cg(a + i + 3 * stride);
+            const double2 v0 = Load(a + i);
+            const double2 v1 = Load(a + i + stride);
+            const double2 v2 = Load(a + i + 2 * stride);
+            const double2 v3 = Load(a + i + 3 * stride);
             s0 += v0.x + v0.y;
             s1 += v1.x + v1.y;
             s2 += v2.x + v2.y;
             s3 += v3.x + v3.y;
         }
         for (; i < n; i += stride) {
-            const double2 v = load_cg(a + i);
+            const double2 v = Load(a + i);
             s0 += v.x + v.y;
         }
     }
@@ -61,6 +62,12 @@ extern "C" __global__ void stream_read(const double2* a, unsigned long long n, i
     if (total == sentinel) {
         sink[0] = total;
     }
+}
+
+extern "C" __global__ void stream_read(const double2* a, unsigned long long n, int reps,
+                                       double sentinel, double* sink) {
+    read_passes<load_cg>(a, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x,
+                         (unsigned long long)gridDim.x * blockDim.x, n, reps, sentinel, sink);
 }
 
 extern "C" __global__ void stream_copy(const double2* a, double2* b, unsigned long long n,
@@ -124,31 +131,9 @@ extern "C" __global__ void stream_triad(double2* a, const double2* b, const doub
 // with ld.global.ca (cached in L1 as well as L2). After the first pass each SM finds them in its own
 // L1, as long as the set fits there; larger sets fall through to the L2. Bytes: 16 per vector per
 // block per pass, the traffic the SMs' L1 serves (what l1tex__t_bytes counts).
-extern "C" __global__ void l1_read(const double2* a, unsigned int n, int reps, double sentinel,
-                                   double* sink) {
-    const unsigned int stride = blockDim.x;
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    for (int r = 0; r < reps; ++r) {
-        unsigned int i = threadIdx.x;
-        for (; i + 3 * stride < n; i += ROOFLAB_UNROLL * stride) {
-            const double2 v0 = load_ca(a + i);
-            const double2 v1 = load_ca(a + i + stride);
-            const double2 v2 = load_ca(a + i + 2 * stride);
-            const double2 v3 = load_ca(a + i + 3 * stride);
-            s0 += v0.x + v0.y;
-            s1 += v1.x + v1.y;
-            s2 += v2.x + v2.y;
-            s3 += v3.x + v3.y;
-        }
-        for (; i < n; i += stride) {
-            const double2 v = load_ca(a + i);
-            s0 += v.x + v.y;
-        }
-    }
-    const double total = (s0 + s1) + (s2 + s3);
-    if (total == sentinel) {
-        sink[0] = total;
-    }
+extern "C" __global__ void l1_read(const double2* a, unsigned long long n, int reps,
+                                   double sentinel, double* sink) {
+    read_passes<load_ca>(a, threadIdx.x, blockDim.x, n, reps, sentinel, sink);
 }
 
 // The cold-cache flush: read and write every 16 bytes of a buffer >= 2x the L2 once, so the L2
