@@ -179,6 +179,9 @@ class CudaBackend(Backend):
         weakref.finalize(self, cublas.destroy, self._handle)
         cublas.setMathMode(self._handle, cublas.CUBLAS_DEFAULT_MATH)
         cublas.setPointerMode(self._handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        # Our handle works on our stream. CuPy's gemmEx also points a handle at the current stream,
+        # but only once some stream has been made current (an internal flag): do not rely on it.
+        cublas.setStream(self._handle, self._stream.ptr)
 
         # Flags of the stream-holding kernel, in mapped pinned host memory (unified addressing
         # makes the host pointer valid on the device).
