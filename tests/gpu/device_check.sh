@@ -11,6 +11,9 @@
 # environment that sees the system's packages. Nothing is fetched from the network.
 # Everything it writes (log, test report, store, report, summary) goes to $OUT if set, else to
 # build/device_check/. Budget on one H200: about 8 minutes, install included.
+# Caps (seconds): TESTS_TIMEOUT_S (150), CAMPAIGN_TIMEOUT_S (300), FIXTURES_TIMEOUT_S (0: the ncu
+# fixtures of tests/fixtures/ncu/record_gemm.py are not recorded; > 0: recorded into
+# $OUT/ncu_fixtures, where ncu is on PATH).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,6 +23,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-/tmp/rooflab-device-venv}
 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-150}
 CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-300}
+FIXTURES_TIMEOUT_S=${FIXTURES_TIMEOUT_S:-0}  # > 0: also record the ncu fixtures (issue 7)
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/rooflab-cupy-cache}  # kernels compiled once, reused
 
 mkdir -p "$OUT"
@@ -90,6 +94,14 @@ mkdir -p "$OUT/campaign"
 cp -r "$CAMPAIGN/logs" "$OUT/campaign/" 2>/dev/null
 cp -r "$CAMPAIGN/results/report" "$OUT/campaign/" 2>/dev/null
 cp "$STORE" "$OUT/campaign/" 2>/dev/null
+
+if [[ $FIXTURES_TIMEOUT_S -gt 0 ]]; then
+    step "ncu fixtures: tests/fixtures/ncu/record_gemm.py --out \$OUT/ncu_fixtures (at most ${FIXTURES_TIMEOUT_S} s)"
+    # Into $OUT, so they come back; copied unchanged into tests/fixtures/ncu/ afterwards. A cut run
+    # keeps the configurations it finished (each writes its own files).
+    (cd "$REPO" && timeout "$FIXTURES_TIMEOUT_S" "$PY" tests/fixtures/ncu/record_gemm.py \
+        --out "$OUT/ncu_fixtures") || FAILED+=("ncu fixtures")
+fi
 
 step "summary"
 if [[ -f $STORE ]] && "$PY" "$REPO/tests/gpu/device_summary.py" "$STORE" >"$OUT/summary.txt"; then
