@@ -11,7 +11,8 @@
 # environment that sees the system's packages. Nothing is fetched from the network.
 # Everything it writes (log, test report, store, report, summary) goes to $OUT if set, else to
 # build/device_check/. Budget on one H200: about 8 minutes, install included.
-# Caps (seconds): TESTS_TIMEOUT_S (150), CAMPAIGN_TIMEOUT_S (300), FIXTURES_TIMEOUT_S (0: the ncu
+# Caps (seconds): TESTS_TIMEOUT_S (150), CAMPAIGN_TIMEOUT_S (300), REFERENCES_TIMEOUT_S (90: the
+# ceilings against cudaMemcpy and cupy.matmul, benchmarks/), FIXTURES_TIMEOUT_S (0: the ncu
 # fixtures of tests/fixtures/ncu/record_gemm.py are not recorded; > 0: recorded into
 # $OUT/ncu_fixtures, where ncu is on PATH).
 set -uo pipefail
@@ -24,6 +25,7 @@ VENV=${VENV:-/tmp/rooflab-device-venv}
 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-150}
 CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-300}
 FIXTURES_TIMEOUT_S=${FIXTURES_TIMEOUT_S:-0}  # > 0: also record the ncu fixtures (issue 7)
+REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-90}
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/rooflab-cupy-cache}  # kernels compiled once, reused
 
 mkdir -p "$OUT"
@@ -94,6 +96,11 @@ mkdir -p "$OUT/campaign"
 cp -r "$CAMPAIGN/logs" "$OUT/campaign/" 2>/dev/null
 cp -r "$CAMPAIGN/results/report" "$OUT/campaign/" 2>/dev/null
 cp "$STORE" "$OUT/campaign/" 2>/dev/null
+
+step "references: benchmarks/gpu_ceilings_vs_references.py (at most ${REFERENCES_TIMEOUT_S} s)"
+(cd "$REPO" && timeout "$REFERENCES_TIMEOUT_S" "$PY" benchmarks/gpu_ceilings_vs_references.py \
+    --rounds 2) >"$OUT/references.txt" 2>&1 || FAILED+=("references")
+cat "$OUT/references.txt"
 
 if [[ $FIXTURES_TIMEOUT_S -gt 0 ]]; then
     step "ncu fixtures: tests/fixtures/ncu/record_gemm.py --out \$OUT/ncu_fixtures (at most ${FIXTURES_TIMEOUT_S} s)"
