@@ -93,6 +93,12 @@ def l1_vectors(working_set_bytes: int) -> int:
     return max(BLOCK, working_set_bytes // VECTOR_BYTES // BLOCK * BLOCK)
 
 
+def _check_reps(reps: int) -> None:
+    """Passes of one bandwidth-kernel call: the kernels count them in an int."""
+    if not 1 <= reps < 2**31:
+        raise BackendError(f"reps must be in [1, 2^31), got {reps}")
+
+
 def _version_text(version: int) -> str:
     """CUDA's integer versions: 12040 -> '12.4'."""
     return f"{version // 1000}.{version % 1000 // 10}"
@@ -476,8 +482,7 @@ class CudaBackend(Backend):
             sink = cp.zeros(1, dtype=cp.float64)
 
         def run(reps: int) -> None:
-            if not 1 <= reps < 2**31:
-                raise BackendError(f"reps must be in [1, 2^31), got {reps}")
+            _check_reps(reps)
             if kernel == "read":
                 args = (arrays[0], np.uint64(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
             elif kernel == "copy":
@@ -504,8 +509,7 @@ class CudaBackend(Backend):
             sink = cp.zeros(1, dtype=cp.float64)
 
         def run(reps: int) -> None:
-            if not 1 <= reps < 2**31:
-                raise BackendError(f"reps must be in [1, 2^31), got {reps}")
+            _check_reps(reps)
             args = (array, np.uint64(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
             with self._stream:
                 function((grid,), (BLOCK,), args)
