@@ -54,9 +54,11 @@ from rooflab.counters.ncu import (
     DURATION,
     L1_BYTES,
     L2_BYTES,
+    CounterParseError,
     NcuResult,
     fixed_metrics,
     parse_ncu_version,
+    replay_passes,
 )
 from rooflab.counters.perf import DEFAULT_EVENTS
 from rooflab.counters.tool import ToolRun
@@ -314,18 +316,23 @@ def test_parse_recorded_raw_csv(name, kernel, read_bytes, write_bytes, duration_
 
 def test_counter_rows_keep_kernels_range_sums_missing_and_settings():
     rows = parse_ncu_csv(read(NCU_FIXTURES / "import_sample" / "sobelDouble.raw.csv"))
-    cmd = ncu_command(CHILD, nvtx_range="r", metrics=[DRAM_READ], cache_control="none")
+    # L1_BYTES requested and absent: ncu drops it from the CSV without a word
+    cmd = ncu_command(CHILD, nvtx_range="r", metrics=[DRAM_READ, L1_BYTES], cache_control="none")
     result = NcuResult(rows, sum_over_kernels(rows), cmd, ToolRun(cmd.argv, 0, "", ""))
     ids = {"run_id": "c1", "config_id": CONFIG, "tool_version": "2024.1.1.0", "chip": "ga102"}
     out = counter_rows(result, settings=cmd.settings, missing=[L2_BYTES], **ids)
     kernel = [r for r in out if r["scope"] == "kernel"]
-    summed = {r["metric"]: r for r in out if r["scope"] == "range" and r["status"] != "missing"}
+    absent = ("missing", "not in output")
+    summed = {r["metric"]: r for r in out if r["scope"] == "range" and r["status"] not in absent}
     assert len(kernel) == len(rows) and set(summed) == {r.metric for r in rows}
     assert summed[DRAM_READ]["value"] == 4196352 and summed[DRAM_READ]["unit"] == "byte"
     assert summed["sm__cycles_elapsed.avg.per_second"]["value"] is None
     (missing,) = [r for r in out if r["status"] == "missing"]
     assert missing["metric"] == L2_BYTES
     assert missing["reason"] == "not available on chip ga102 (ncu 2024.1.1.0 --query-metrics)"
+    (dropped,) = [r for r in out if r["status"] == "not in output"]
+    assert dropped["metric"] == L1_BYTES and dropped["value"] is None
+    assert dropped["reason"].startswith("requested, but ncu printed no column for it")
     for row in out:
         assert (row["cache_control"], row["clock_control"], row["replay_mode"]) == (
             "none",
@@ -351,6 +358,81 @@ def test_parse_ncu_csv_refuses_a_row_that_does_not_fit():
     assert parse_ncu_csv(noisy) == parse_ncu_csv(text)
 
 
+def test_replay_passes_from_ncus_progress_lines():
+    # ncu's progress lines as printed in its own manual (NsightComputeCli, "Quickstart", ncu
+    # 2024.1.1 package): one per profiled kernel
+    manual = (
+        "==PROF== Connected to process 5971 (/tmp/vectorAdd)\n"
+        '==PROF== Profiling "vectorAdd_A" - 0: 0%....50%....100% - 46 passes\n'
+        '==PROF== Profiling "vectorAdd_B" - 1: 0%....50%....100% - 46 passes\n'
+        "==PROF== Disconnected from process 5971\n"
+    )
+    assert replay_passes(manual) == [46, 46]
+    assert replay_passes(manual.replace("46 passes", "1 pass", 1)) == [1, 46]
+    assert replay_passes(read(NCU_FIXTURES / "no_driver" / "profile.log.txt")) == []
+
+
+def _scripted_ncu(tmp_path: Path, log_text: str, stderr: str = "", code: int = 0) -> Path:
+    """A stand-in for ncu's profile that writes `log_text` to its --log-file."""
+    (tmp_path / "log.txt").write_text(log_text)
+    script = tmp_path / "ncu"
+    script.write_text(
+        f"""#!{sys.executable}
+import shutil, sys
+args = sys.argv[1:]
+shutil.copy({str(tmp_path / "log.txt")!r}, args[args.index("--log-file") + 1])
+sys.stderr.write({stderr!r})
+sys.exit({code})
+"""
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_csv_not_understood_is_unavailable_not_a_crash(tmp_path):
+    text = read(NCU_FIXTURES / "import_sample" / "sobelDouble.raw.csv")
+    broken = text + text.splitlines()[-1].rsplit(",", 1)[0] + "\n"  # a row cut short
+    with pytest.raises(CounterParseError):
+        parse_ncu_csv(broken)
+    ncu = _scripted_ncu(tmp_path, broken)
+    log = tmp_path / "profile.csv"
+    command = ncu_command(
+        CHILD, nvtx_range="r", metrics=[DRAM_READ], cache_control="all", ncu=str(ncu), log_file=log
+    )
+    result = run_ncu(command, timeout_s=60)
+    assert isinstance(result, Unavailable)
+    assert result.reason.startswith(f"ncu's CSV ({log}) not understood: row does not fit")
+
+
+def test_a_failing_program_under_ncu_leaves_its_traceback_in_the_reason(tmp_path):
+    # the program's own stderr (a real traceback) beside ncu's recorded lines for a failing child
+    failed = subprocess.run(
+        [sys.executable, "-c", "import json; json.loads('{')"], capture_output=True, text=True
+    )
+    assert failed.returncode == 1 and "Traceback" in failed.stderr
+    log = read(NCU_FIXTURES / "no_driver" / "profile.log.txt")
+    problem = ncu_problem(ToolRun(("ncu",), 1, "", failed.stderr), log)
+    assert problem.reason.startswith(
+        "exit status 1: ==ERROR== The application returned an error code (1). | "
+        "==WARNING== No kernels were profiled. | the program's stderr ends: "
+    )
+    assert problem.reason.endswith(
+        "json.decoder.JSONDecodeError: Expecting property name "
+        "enclosed in double quotes: line 1 column 2 (char 1)"
+    )
+    # through run_ncu as well, with a program that fails
+    ncu = _scripted_ncu(tmp_path, log, stderr=failed.stderr, code=1)
+    command = ncu_command(
+        CHILD,
+        nvtx_range="r",
+        metrics=[DRAM_READ],
+        cache_control="all",
+        ncu=str(ncu),
+        log_file=tmp_path / "profile.csv",
+    )
+    assert run_ncu(command, timeout_s=60) == problem
+
+
 def gemm_fixtures() -> list[Path]:
     return sorted((NCU_FIXTURES / "gemm").glob("*.raw.csv"))
 
@@ -362,7 +444,23 @@ def test_recorded_gemm_profiles(csv_path):
     if csv_path is None:
         pytest.skip(f"{OWED} (tests/fixtures/ncu/gemm/*.raw.csv: run record_gemm.py)")
     meta = json.loads(csv_path.with_name(csv_path.name.replace(".raw.csv", ".json")).read_text())
-    rows = parse_ncu_csv(csv_path.read_text())
+    text = csv_path.read_text()
+    stdout, stderr = (
+        csv_path.with_name(csv_path.name.replace(".raw.csv", f".{part}.txt")).read_text()
+        for part in ("stdout", "stderr")
+    )
+    assert replay_passes(stdout + "\n" + stderr + "\n" + text) == meta["replay_passes"]
+    if meta["problem"]:  # a profile that failed on the GPU: the same reason from its output
+        problem = ncu_problem(
+            ToolRun(tuple(meta["argv"]), meta["returncode"], stdout, stderr), text
+        )
+        if problem is None:
+            with pytest.raises(CounterParseError):
+                parse_ncu_csv(text)
+        else:
+            assert problem.reason == meta["problem"]
+        return
+    rows = parse_ncu_csv(text)
     assert rows and {r.metric for r in rows} == set(meta["settings"]["metrics"])
     totals = sum_over_kernels(rows)
     for metric in (DRAM_READ, DRAM_WRITE, L2_BYTES, L1_BYTES):
@@ -410,8 +508,11 @@ def test_flops_are_add_plus_mul_plus_two_fma_per_precision():
     assert counted.flops("fp32_fma") == 10 + 20 + 2 * 30
     assert counted.flops("fp64_fma") == 1 + 2 + 2 * 3
     assert counted.flops("fp16_fma") == 4 + 5 + 2 * 6
-    # the half weight is a stated convention, changeable (packed HFMA2: 4 FLOP per instruction)
-    assert flops_from_counters(totals, hfma_flop_per_inst=4).flops("fp16_fma") == 4 + 5 + 4 * 6
+    # the half weights are a stated convention, changed together (per lane: hadd and hmul x 2,
+    # hfma x 4, as later ncu versions weigh packed HFMA2/HADD2/HMUL2)
+    per_lane = flops_from_counters(totals, hfma_flop_per_inst=4)
+    assert per_lane.flops("fp16_fma") == 2 * 4 + 2 * 5 + 4 * 6
+    assert per_lane.flops("fp32_fma") == 10 + 20 + 2 * 30  # other precisions untouched
     del totals[sass("ffma")]
     missing = flops_from_counters(totals).paths["fp32_fma"]
     assert missing.flops is None and missing.missing == (sass("ffma"),)

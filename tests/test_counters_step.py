@@ -226,7 +226,10 @@ def test_ncu_success_path_on_replayed_output(timed, tmp_path):
     assert sorted((r["config_id"], r["cache_control"]) for r in ok) == sorted(
         (c, cc) for c in selected for cc in ("all", "none")
     )
-    assert {r["reason"] for r in ok} == {"1 kernel(s) profiled in the range"}
+    # the replayed log has no ==PROF== progress lines (those ncu prints while profiling)
+    assert {r["reason"] for r in ok} == {
+        "1 kernel(s) profiled in the range; replay passes per kernel: not printed"
+    }
     assert {r["chip"] for r in rows if r["metric"]} == {"gh100"}
     summed = [r for r in rows if r["scope"] == "range" and r["metric"] == "dram__bytes_read.sum"]
     assert {r["value"] for r in summed} == {4196352}
@@ -250,6 +253,30 @@ def test_ncu_success_path_on_replayed_output(timed, tmp_path):
     points, notes = counter_points([kept], [timed["run_dir"]], ceilings)
     assert points == [] and len(notes) == 6
     assert all(note.endswith("fp64_fma: counter missing; counts untrusted") for note in notes)
+
+
+def test_a_filter_that_matches_nothing_stops_the_step_at_once(timed, tmp_path):
+    """ncu that exits cleanly having profiled nothing (its recorded words, no CSV): the child
+    ran its range, so the NVTX filter matched nothing; the same filter would miss every other
+    configuration, so the step stops after the first profile instead of spending them all."""
+    script = _replaying_ncu(tmp_path)
+    no_kernel = (FIXTURES / "ncu" / "no_driver" / "profile.log.txt").read_text().splitlines()[-1]
+    assert no_kernel == "==WARNING== No kernels were profiled."
+    (tmp_path / "empty.csv").write_text(no_kernel + "\n")
+    text = script.read_text().replace(
+        str(FIXTURES / "ncu" / "import_sample" / "sobelDouble.raw.csv"), str(tmp_path / "empty.csv")
+    )
+    script.write_text(text)
+    tables = _count(timed, CounterSettings(ncu=str(script)), tool="ncu")
+    status = [r for r in tables["counters"] if r["metric"] is None]
+    (only,) = [r for r in status if r["config_id"]]  # one profile tried, of six
+    assert only["status"] == "unavailable"
+    assert only["reason"] == (
+        "no kernel profiled inside NVTX range 's/fp64/nn/m1_n16_k16/counters' "
+        r"(filter 's\/fp64\/nn\/m1_n16_k16\/counters/'): ==WARNING== No kernels were profiled."
+    )
+    assert tables["counter_calibration"] == []
+    assert counters_status(tables["counters"])[0] == "unavailable"
 
 
 def test_a_sweep_without_cold_timings_profiles_no_flushed_replay(timed, tmp_path):

@@ -235,10 +235,10 @@ def test_tf32_products_pass_tf32_and_fail_fp32(to_tf32):
 
 def test_fma_flops_follow_the_kernel_constants():
     chains, repeat = fma_kernel_shape()
-    assert (chains, repeat) == (8, 16)
-    assert fma_flops_per_iteration("fp32", 1000) == 2 * 8 * 16 * 1000
-    assert fma_flops_per_iteration("fp64", 1) == 256
-    assert fma_flops_per_iteration("fp16", 1) == 512  # half2: two lanes per FMA
+    assert (chains, repeat) == (8, 64)
+    assert fma_flops_per_iteration("fp32", 1000) == 2 * 8 * 64 * 1000
+    assert fma_flops_per_iteration("fp64", 1) == 1024
+    assert fma_flops_per_iteration("fp16", 1) == 2048  # half2: two lanes per FMA
 
 
 @pytest.mark.parametrize("kernel", list(STREAM_ARRAYS))

@@ -176,7 +176,8 @@ TABLES: dict[str, pa.Schema] = {
     # Hardware counters (docs/counters.md): one row per metric per kernel (scope "kernel"), per
     # metric over the profiled range (scope "range": the sum of a counter), per derived figure
     # (scope "derived", e.g. perf's LLC-miss byte estimate, labelled in `reason`), per metric a
-    # chip lacks (status "missing"), and one status row per profile with `metric` null: status
+    # chip lacks (status "missing") or the tool's output lacks (status "not in output"), and one
+    # status row per profile with `metric` null: status
     # "ok", "partial", "unavailable" (the tool or its counters could not be used; `reason` has
     # the tool's own words) or "skipped". Every setting that changes the experiment is on every
     # row; `metrics_requested` is the comma-joined list passed to the tool.

@@ -9,13 +9,16 @@
 # wheels. The machine needs Python 3.12 with cupy-cuda13x (or 12x), numpy, numba, pandas, pyarrow
 # and nvidia-ml-py; everything else comes from WHEELS, installed into a throwaway virtual
 # environment that sees the system's packages. Nothing is fetched from the network.
-# Everything it writes (log, test report, store, report, summary) goes to $OUT if set, else to
-# build/device_check/. Budget on one H200: about 8 minutes, install included.
-# STEPS (default "tests campaign references"): which steps run after the install, each under its
-# cap in seconds: tests (TESTS_TIMEOUT_S, 150), campaign and its summary (CAMPAIGN_TIMEOUT_S, 300),
-# references (REFERENCES_TIMEOUT_S, 90: benchmarks/gpu_ceilings_vs_references.py), fixtures
-# (FIXTURES_TIMEOUT_S, 120: tests/fixtures/ncu/record_gemm.py into $OUT/ncu_fixtures, ncu on PATH).
-# A lent machine allows 600 s per command: `STEPS=fixtures` makes a second, short call.
+# Everything it writes goes to $OUT if set, else to build/device_check/: the log, the test report,
+# the summary and the references as plain files, and each step's folders packed into one archive
+# (campaign.tar.gz: logs and report; store.tar.gz: the DuckDB file; ncu_fixtures.tar.gz), because
+# a lent machine sends back at most 8 files.
+# STEPS (default "tests campaign fixtures references"): which steps run after the install, each
+# under its cap in seconds and never past TOTAL_S (default 570, for a 600 s command; a step with
+# under 20 s left is skipped and named as such): tests (TESTS_TIMEOUT_S, 100), campaign and its
+# summary (CAMPAIGN_TIMEOUT_S, 260), fixtures (FIXTURES_TIMEOUT_S, 120:
+# tests/fixtures/ncu/record_gemm.py, ncu on PATH), references (REFERENCES_TIMEOUT_S, 60:
+# benchmarks/gpu_ceilings_vs_references.py).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,11 +26,12 @@ WHEELS=${1:-$REPO/build/wheels.tar.xz}
 OUT=${OUT:-$REPO/build/device_check}
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-/tmp/rooflab-device-venv}
-TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-150}
-CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-300}
-REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-90}
+TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-100}
+CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-260}
 FIXTURES_TIMEOUT_S=${FIXTURES_TIMEOUT_S:-120}
-STEPS=${STEPS:-tests campaign references}
+REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-60}
+TOTAL_S=${TOTAL_S:-570}
+STEPS=${STEPS:-tests campaign fixtures references}
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/rooflab-cupy-cache}  # kernels compiled once, reused
 
 mkdir -p "$OUT"
@@ -35,7 +39,23 @@ exec > >(tee "$OUT/device_check.log") 2>&1
 STARTED=$SECONDS
 FAILED=()
 step() { echo; echo "== [$((SECONDS - STARTED)) s] $*"; }
-wants() { [[ " $STEPS " == *" $1 "* ]]; }
+# wants STEP CAP: true when STEP was asked for and at least 20 s are left; sets LIMIT to its cap,
+# cut to what is left of TOTAL_S.
+wants() {
+    [[ " $STEPS " == *" $1 "* ]] || return 1
+    local left=$((TOTAL_S - (SECONDS - STARTED) - 5))
+    if ((left < 20)); then
+        echo "skipped $1: ${left} s left of TOTAL_S=${TOTAL_S}"
+        FAILED+=("$1 (no time left)")
+        return 1
+    fi
+    LIMIT=$(($2 < left ? $2 : left))
+}
+# pack NAME: $OUT/NAME (a folder) becomes $OUT/NAME.tar.gz, one file to send back.
+pack() {
+    [[ -d $OUT/$1 ]] || return 0
+    tar -czf "$OUT/$1.tar.gz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"
+}
 
 step "machine"
 nvidia-smi --query-gpu=name,uuid,driver_version,persistence_mode,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv 2>&1 || echo "nvidia-smi failed"
@@ -50,20 +70,32 @@ except Exception as error:
 PY
 
 step "install from $WHEELS into $VENV"
+# The machine's python3 may itself be a virtual environment (on the lent H200 it is
+# /opt/torch/.venv), and a venv made from a venv with --system-site-packages sees the base
+# interpreter's packages, not that venv's. So the new venv gets a .pth that adds every
+# site-packages folder of $PYTHON after its own (the carried wheels win), and uses $PYTHON's pip
+# through it (--without-pip: no ensurepip needed). `set -e` does not hold inside `if ! (...)`,
+# hence `|| return 1` on every step.
 install() {
-    set -e
     rm -rf "$VENV"
-    "$PYTHON" -m venv --system-site-packages "$VENV"
-    local folder=$WHEELS
+    "$PYTHON" -m venv --without-pip --system-site-packages "$VENV" || return 1
+    local purelib folder=$WHEELS
+    purelib=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+        || return 1
+    "$PYTHON" -c 'import site; print("import site; " + "; ".join(
+        f"site.addsitedir({p!r})" for p in site.getsitepackages()))' \
+        >"$purelib/zz_rooflab_parent_site.pth" || return 1
     if [[ -f $WHEELS ]]; then
         folder=$(mktemp -d)
         "$PYTHON" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-            "$WHEELS" "$folder"
+            "$WHEELS" "$folder" || return 1
     fi
     # The folder is the full set of missing dependencies (pulp, only used by Snakemake's ILP
     # scheduler, is left out: the campaign runs with --scheduler greedy), so no resolution.
-    "$VENV/bin/pip" install --quiet --no-index --no-deps "$folder"/*.whl
-    "$VENV/bin/pip" install --quiet --no-index --no-deps --no-build-isolation -e "$REPO"
+    "$VENV/bin/python" -m pip install --quiet --no-index --no-deps --no-compile "$folder"/*.whl \
+        || return 1
+    "$VENV/bin/python" -m pip install --quiet --no-index --no-deps --no-build-isolation \
+        -e "$REPO" || return 1
     "$VENV/bin/python" -c 'import rooflab, duckdb, snakemake, altair, vl_convert, pytest, cupy, pynvml'
 }
 if ! (install); then
@@ -73,21 +105,25 @@ fi
 PY="$VENV/bin/python"
 "$PY" -c 'from rooflab.backends.base import cuda_problem; print("cuda_problem:", cuda_problem())'
 
-if wants tests; then
-    step "GPU tests: pytest -m gpu tests/gpu (at most ${TESTS_TIMEOUT_S} s)"
-    (cd "$REPO" && timeout "$TESTS_TIMEOUT_S" "$PY" -m pytest -m gpu tests/gpu -q -rs \
+if wants tests "$TESTS_TIMEOUT_S"; then
+    step "GPU tests: pytest -m gpu tests/gpu (at most ${LIMIT} s)"
+    # PYTEST_DISABLE_PLUGIN_AUTOLOAD: plugins installed beside the machine's own pytest
+    # (pytest-benchmark, -xdist, -timeout, ...) are seen through the .pth; none is ours.
+    (cd "$REPO" && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$LIMIT" "$PY" -m pytest -m gpu tests/gpu -q -rs \
         -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml") || FAILED+=("GPU tests")
 fi
 
-if wants campaign; then
-    step "GPU campaign: snakemake --configfile config/gpu.yaml in a fresh folder (at most ${CAMPAIGN_TIMEOUT_S} s)"
+CAMPAIGN_RAN=
+if wants campaign "$CAMPAIGN_TIMEOUT_S"; then
+    CAMPAIGN_RAN=1
+    step "GPU campaign: snakemake --configfile config/gpu.yaml in a fresh folder (at most ${LIMIT} s)"
     CAMPAIGN=$(mktemp -d /tmp/rooflab-campaign.XXXXXX)
     for name in Snakefile rules workflow_scripts config profiles environment.yml; do
         cp -r "$REPO/$name" "$CAMPAIGN/"
     done
     campaign_started=$SECONDS
     STORE=$CAMPAIGN/results/rooflab.duckdb
-    if ! (cd "$CAMPAIGN" && PATH="$VENV/bin:$PATH" timeout "$CAMPAIGN_TIMEOUT_S" snakemake \
+    if ! (cd "$CAMPAIGN" && PATH="$VENV/bin:$PATH" timeout "$LIMIT" snakemake \
         --cores all --configfile config/gpu.yaml --scheduler greedy --keep-going); then
         FAILED+=("campaign")
         # Keep what the finished jobs measured (--keep-going: one failed job does not stop the
@@ -98,10 +134,10 @@ if wants campaign; then
             || echo "partial ingest failed"
     fi
     echo "campaign took $((SECONDS - campaign_started)) s"
-    mkdir -p "$OUT/campaign"
+    mkdir -p "$OUT/campaign" "$OUT/store"
     cp -r "$CAMPAIGN/logs" "$OUT/campaign/" 2>/dev/null
     cp -r "$CAMPAIGN/results/report" "$OUT/campaign/" 2>/dev/null
-    cp "$STORE" "$OUT/campaign/" 2>/dev/null
+    cp "$STORE" "$OUT/store/" 2>/dev/null
     if [[ -f $STORE ]] && "$PY" "$REPO/tests/gpu/device_summary.py" "$STORE" >"$OUT/summary.txt"
     then
         :
@@ -109,26 +145,30 @@ if wants campaign; then
         echo "no summary: the campaign did not reach ingest" >"$OUT/summary.txt"
         FAILED+=("summary")
     fi
+    pack campaign
+    pack store
 fi
 
-if wants references; then
-    step "references: benchmarks/gpu_ceilings_vs_references.py (at most ${REFERENCES_TIMEOUT_S} s)"
-    (cd "$REPO" && timeout "$REFERENCES_TIMEOUT_S" "$PY" benchmarks/gpu_ceilings_vs_references.py \
+if wants fixtures "$FIXTURES_TIMEOUT_S"; then
+    step "ncu fixtures: tests/fixtures/ncu/record_gemm.py --out \$OUT/ncu_fixtures (at most ${LIMIT} s)"
+    # Into $OUT, so they come back (packed); unpacked unchanged into tests/fixtures/ncu/
+    # afterwards. A cut run keeps the configurations it finished (each writes its own files).
+    (cd "$REPO" && timeout "$LIMIT" "$PY" tests/fixtures/ncu/record_gemm.py \
+        --out "$OUT/ncu_fixtures") || FAILED+=("ncu fixtures")
+    pack ncu_fixtures
+fi
+
+if wants references "$REFERENCES_TIMEOUT_S"; then
+    step "references: benchmarks/gpu_ceilings_vs_references.py (at most ${LIMIT} s)"
+    (cd "$REPO" && timeout "$LIMIT" "$PY" benchmarks/gpu_ceilings_vs_references.py \
         --rounds 2) >"$OUT/references.txt" 2>&1 || FAILED+=("references")
     cat "$OUT/references.txt"
 fi
 
-if wants fixtures; then
-    step "ncu fixtures: tests/fixtures/ncu/record_gemm.py --out \$OUT/ncu_fixtures (at most ${FIXTURES_TIMEOUT_S} s)"
-    # Into $OUT, so they come back; copied unchanged into tests/fixtures/ncu/ afterwards. A cut run
-    # keeps the configurations it finished (each writes its own files).
-    (cd "$REPO" && timeout "$FIXTURES_TIMEOUT_S" "$PY" tests/fixtures/ncu/record_gemm.py \
-        --out "$OUT/ncu_fixtures") || FAILED+=("ncu fixtures")
-fi
-
 echo
 echo "device check took $((SECONDS - STARTED)) s; steps: $STEPS; failed: ${FAILED[*]:-nothing}"
-if wants campaign; then
+ls -l "$OUT"
+if [[ -n $CAMPAIGN_RAN ]]; then
     echo
     cat "$OUT/summary.txt"  # last: the measured ceilings beside the datasheet
 fi

@@ -6,8 +6,8 @@ Read against DESIGN.md §4:
   kernel (kernels/timing.cu), the start event, the call, the stop event, and only then lets the
   stream go, so the interval holds the device's work back to back and none of the host's time to
   enqueue it. The host waits on the stop event (explicit synchronisation) before reading it.
-- Cold cache: `flush_cache` reads and writes a device buffer of 2x the L2 size
-  (cudaDevAttrL2CacheSize) on the same stream, before the sample's events.
+- Cold cache: `flush_cache` reads a device buffer of 2x the L2 size (cudaDevAttrL2CacheSize)
+  on the same stream, before the sample's events, leaving clean lines (as ncu's flush does).
 - Conditions: NVML (rooflab.nvml_conditions), read only; a background sampler runs during each
   measurement.
 - GEMM: cublasGemmEx on rooflab's own cuBLAS handle (default math mode, host pointer mode), with
@@ -170,7 +170,7 @@ class CudaBackend(Backend):
         self._kernels = {
             name: self._modules[module].get_function(name)  # compiles (NVRTC, cached on disk)
             for module, names in (
-                ("stream", ("stream_read", "stream_copy", "stream_triad", "l1_read", "flush_rmw")),
+                ("stream", ("stream_read", "stream_copy", "stream_triad", "l1_read")),
                 ("fma", ("fma_fp64", "fma_fp32", "fma_fp16")),
                 ("timing", ("hold_stream",)),
             )
@@ -200,14 +200,19 @@ class CudaBackend(Backend):
         self._samples_timed = 0
 
         self.flush_bytes = 2 * self.l2_bytes
+        # A read, not a write: it leaves the L2 holding clean lines of the buffer (dirty lines
+        # left by earlier work are written back during the flush), as ncu's --cache-control all
+        # does. A writing flush would leave a full L2 of dirty lines, whose write-back would land
+        # in the timed call's HBM traffic.
         self.flush_method = (
-            f"read-modify-write of a {self.flush_bytes} B device buffer (2x the "
-            f"{self.l2_bytes} B L2) by a kernel on the measuring stream before each sample, "
+            f"read of a {self.flush_bytes} B device buffer (2x the {self.l2_bytes} B L2; "
+            "ld.global.cg, kernel stream_read) on the measuring stream before each sample, "
             "outside its events"
         )
         with self._stream:
             self._flush_buffer = cupy.zeros(self.flush_bytes // 8, dtype=cupy.float64)
-        self._flush_grid = self._grid(self._kernels["flush_rmw"], self.default_threads())
+            self._flush_sink = cupy.zeros(1, dtype=cupy.float64)
+        self._flush_grid = self._grid(self._kernels["stream_read"], self.default_threads())
 
         self.monitor = GpuMonitor(self.pci_bus_id)
         self._conditions_period_s = conditions_period_s
@@ -357,10 +362,9 @@ class CudaBackend(Backend):
 
     def flush_cache(self) -> None:
         n = self.flush_bytes // VECTOR_BYTES
+        args = (self._flush_buffer, np.uint64(n), np.int32(1), np.float64(_READ_SENTINEL))
         with self._stream:
-            self._kernels["flush_rmw"](
-                (self._flush_grid,), (BLOCK,), (self._flush_buffer, np.uint64(n))
-            )
+            self._kernels["stream_read"]((self._flush_grid,), (BLOCK,), (*args, self._flush_sink))
 
     # -- running and timing --
     def synchronize(self) -> None:

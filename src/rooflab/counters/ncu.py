@@ -61,9 +61,10 @@ def _sass(op: str) -> str:
 
 # CUDA-core paths (named like the FMA ceilings of the CUDA backend): FLOPs = add + mul + 2·fma,
 # counted in thread instructions whose predicate was true. The half weights are those of the
-# Hierarchical Half Roofline section of ncu 2024.1.1 (hadd + hmul + hfma x 2); HFMA2 packs two
-# lanes, and later ncu versions weight hfma x 4 and hadd/hmul x 2 instead (see docs/counters.md):
-# the fp16 count is open by up to 2x until it is calibrated on kernels/fma.cu's half2 chain.
+# Hierarchical Half Roofline section of ncu 2024.1.1 (hadd + hmul + hfma x 2). HFMA2/HADD2/HMUL2
+# pack two lanes, and later ncu versions weight all three x 2 (hfma x 4): `hfma_flop_per_inst`
+# scales the three together (hadd and hmul at half the hfma weight), so the fp16 count is open by
+# up to 2x until it is calibrated on kernels/fma.cu's half2 chain (docs/counters.md).
 SASS_PATHS: dict[str, tuple[tuple[str, float], ...]] = {
     "fp64_fma": ((_sass("dadd"), 1), (_sass("dmul"), 1), (_sass("dfma"), 2)),
     "fp32_fma": ((_sass("fadd"), 1), (_sass("fmul"), 1), (_sass("ffma"), 2)),
@@ -291,6 +292,9 @@ def _tool_lines(text: str, *prefixes: str) -> list[str]:
     return lines
 
 
+CHILD_LINES = 5  # of the profiled program's stderr, kept in a failure's reason
+
+
 def ncu_problem(run: ToolRun, extra_text: str = "") -> Unavailable | None:
     """Why an ncu run gave no usable result, in ncu's own words; None when it exited cleanly.
     Counters not permitted (ERR_NVGPUCTRPERM, e.g. a container without profiling rights) is
@@ -302,7 +306,11 @@ def ncu_problem(run: ToolRun, extra_text: str = "") -> Unavailable | None:
     messages = _tool_lines(text, "==ERROR==", "==WARNING==")
     if run.returncode != 0 or any(m.startswith("==ERROR==") for m in messages):
         said = " | ".join(messages) if messages else (text.strip().splitlines() or [""])[-1]
-        return Unavailable("ncu", f"exit status {run.returncode}: {said}")
+        # the profiled program's own last words (ncu passes its stderr through): a traceback
+        child = [line.strip() for line in run.stderr.splitlines() if line.strip()]
+        child = [line for line in child if not line.startswith("==")][-CHILD_LINES:]
+        also = f" | the program's stderr ends: {' / '.join(child)}" if child else ""
+        return Unavailable("ncu", f"exit status {run.returncode}: {said}{also}")
     return None
 
 
@@ -504,12 +512,14 @@ def flops_from_counters(
     """Counted FLOPs per path from metric totals (MetricTotal or plain numbers).
 
     CUDA cores, per precision: add + mul + 2·fma thread instructions (fp16: hfma x
-    `hfma_flop_per_inst`). Tensor cores, per dtype: the `sm__ops_path_tensor_src_*` ops x
-    `tensor_flop_per_op`, from the alternative in `tensor_metrics` (the collection plan's) or
-    else the first alternative present. These are counts, not trusted FLOPs: `calibrate` decides."""
+    `hfma_flop_per_inst`, hadd and hmul x half of it). Tensor cores, per dtype: the
+    `sm__ops_path_tensor_src_*` ops x `tensor_flop_per_op`, from the alternative in
+    `tensor_metrics` (the collection plan's) or else the first alternative present. These are
+    counts, not trusted FLOPs: `calibrate` decides."""
     paths = {}
     for path, terms in SASS_PATHS.items():
-        weights = {m: (hfma_flop_per_inst if m == _sass("hfma") else w) for m, w in terms}
+        scale = hfma_flop_per_inst / HFMA_FLOP_PER_INST if path == "fp16_fma" else 1.0
+        weights = {m: w * scale for m, w in terms}
         values = {m: _total(totals, m) for m in weights}
         missing = tuple(m for m, v in values.items() if v is None)
         flops = None if missing else sum(weights[m] * values[m] for m in weights)
@@ -534,12 +544,24 @@ def flops_from_counters(
 # -- running one profile ---------------------------------------------------------------------------
 
 
+_PASSES = re.compile(r'^==PROF== Profiling ".*" - \d+: .* - (\d+) pass(?:es)?\s*$')
+
+
+def replay_passes(text: str) -> list[int]:
+    """Replay passes per profiled kernel, from ncu's progress lines (`==PROF== Profiling "name"
+    - 0: 0%....50%....100% - 46 passes`). With more than one pass, kernel replay restores the
+    memory the kernel writes before each later pass, so `--cache-control none` is the cache
+    state the previous pass left, not the application's (docs/counters.md)."""
+    return [int(m.group(1)) for m in map(_PASSES.match, text.splitlines()) if m]
+
+
 @dataclass(frozen=True)
 class NcuResult:
     rows: list[KernelMetric]
     totals: dict[str, MetricTotal]
     command: NcuCommand
     run: ToolRun
+    passes: tuple[int, ...] = ()  # replay passes per profiled kernel, as ncu printed them
 
 
 def run_ncu(command: NcuCommand, timeout_s: float) -> NcuResult | Unavailable:
@@ -557,15 +579,21 @@ def run_ncu(command: NcuCommand, timeout_s: float) -> NcuResult | Unavailable:
     problem = ncu_problem(run, text if command.log_file else "")
     if problem is not None:
         return problem
-    rows = parse_ncu_csv(text)
+    try:
+        rows = parse_ncu_csv(text)
+        totals = sum_over_kernels(rows)
+    except CounterParseError as error:
+        where = command.log_file or "stdout"
+        return Unavailable("ncu", f"ncu's CSV ({where}) not understood: {error}")
     if not rows:
         said = " | ".join(_tool_lines(run.output + "\n" + text, "==PROF==", "==WARNING=="))
         return Unavailable(
             "ncu",
-            f"no kernel profiled inside NVTX range {command.settings['nvtx_range']!r} "
-            f"(filter {command.settings['nvtx_include']!r})" + (f": {said}" if said else ""),
+            f"no kernel profiled inside NVTX range '{command.settings['nvtx_range']}' "
+            f"(filter '{command.settings['nvtx_include']}')" + (f": {said}" if said else ""),
         )
-    return NcuResult(rows, sum_over_kernels(rows), command, run)
+    passes = tuple(replay_passes(run.output + "\n" + text))
+    return NcuResult(rows, totals, command, run, passes)
 
 
 def counter_rows(
@@ -580,8 +608,9 @@ def counter_rows(
 ) -> list[dict]:
     """Rows for a `counters` table (fields proposed in docs/counters.md): one per metric per
     kernel (scope "kernel"), one per metric for the whole range (scope "range": the sum of a
-    counter, else null), one per metric the chip lacks (status "missing"), or a single
-    "unavailable" row with the reason when there was no result."""
+    counter, else null), one per metric the chip lacks (status "missing"), one per requested
+    metric the CSV has no column for (status "not in output"), or a single "unavailable" row with
+    the reason when there was no result."""
     common = {
         "run_id": run_id,
         "config_id": config_id,
@@ -636,5 +665,11 @@ def counter_rows(
     rows += [
         {**common, **empty, "scope": "range", "metric": m, "status": "missing", "reason": why}
         for m in missing
+    ]
+    absent = [m for m in settings.get("metrics", ()) if m not in result.totals]
+    why = "requested, but ncu printed no column for it (ncu drops some metrics silently)"
+    rows += [
+        {**common, **empty, "scope": "range", "metric": m, "status": "not in output", "reason": why}
+        for m in absent
     ]
     return rows

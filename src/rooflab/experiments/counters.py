@@ -257,7 +257,7 @@ class _Context:
 
 
 class _NcuStep:
-    """ncu per configuration and cache control; stops at the first failure of the tool itself."""
+    """ncu per configuration and cache control; stops at the first profile that gives nothing."""
 
     def __init__(self, context: _Context):
         self.c = context
@@ -335,19 +335,22 @@ class _NcuStep:
         requested = ",".join(command.settings["metrics"])
         self.add([{**row, "metrics_requested": requested} for row in rows])
         if isinstance(result, Unavailable):
-            # "no kernel profiled" belongs to this configuration; anything else is the tool
-            return result.reason.startswith("no kernel profiled")
+            # Every failure stops the step, "no kernel profiled" too: the child ran its range
+            # (it exited cleanly), so the NVTX filter, the same for every configuration, matched
+            # nothing, and the next profiles would spend their time to the same end.
+            return False
         self.add_ok(config, cache_control, result, command.settings, requested)
         self.calibrate(config, cache_control, result, plan, machine_id)
         return True
 
     def add_ok(self, config, cache_control, result: NcuResult, settings, requested) -> None:
         kernels = len({r.kernel_id for r in result.rows})
+        passes = ", ".join(map(str, result.passes)) or "not printed"
         row = status_row(
             self.c.run_id,
             config.config_id,
             "ok",
-            f"{kernels} kernel(s) profiled in the range",
+            f"{kernels} kernel(s) profiled in the range; replay passes per kernel: {passes}",
             tool="ncu",
             tool_version=self.version,
             chip=self.chip,

@@ -1,5 +1,5 @@
 // Bandwidth kernels of the GPU ceilings: read, copy and triad over fp64 arrays (L2 and HBM), the L1
-// read (l1_read), and the cache flush.
+// read (l1_read); stream_read over a buffer of 2x the L2 is also the cold-cache flush.
 //
 // Compiled at run time by CuPy (RawModule, NVRTC) and, in the tests, by nvcc for sm_80 and sm_90.
 // No #include: NVRTC needs none for this file, so it compiles the same wherever CuPy runs.
@@ -134,17 +134,4 @@ extern "C" __global__ void stream_triad(double2* a, const double2* b, const doub
 extern "C" __global__ void l1_read(const double2* a, unsigned long long n, int reps,
                                    double sentinel, double* sink) {
     read_passes<load_ca>(a, threadIdx.x, blockDim.x, n, reps, sentinel, sink);
-}
-
-// The cold-cache flush: read and write every 16 bytes of a buffer >= 2x the L2 once, so the L2
-// holds only lines of this buffer afterwards. Runs on the measuring stream, outside the events.
-extern "C" __global__ void flush_rmw(double2* buffer, unsigned long long n) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += stride) {
-        double2 v = buffer[i];
-        v.x += 1.0;
-        v.y += 1.0;
-        buffer[i] = v;
-    }
 }
