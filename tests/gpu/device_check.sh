@@ -58,6 +58,18 @@ pack() {
 }
 
 step "machine"
+# ncu: on PATH, or else the newest Nsight Compute under /opt/nvidia (where NVIDIA's installer
+# puts it); the campaign's counters jobs and the fixtures step need it on PATH.
+if ! command -v ncu >/dev/null 2>&1; then
+    candidates=(/opt/nvidia/nsight-compute/*/ /usr/local/cuda/nsight-compute*/)
+    for found in $(printf '%s\n' "${candidates[@]}" | sort -V -r); do
+        if [[ -x ${found}ncu ]]; then
+            export PATH="${found%/}:$PATH"
+            break
+        fi
+    done
+fi
+echo "ncu: $(command -v ncu || echo 'not found')"
 nvidia-smi --query-gpu=name,uuid,driver_version,persistence_mode,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv 2>&1 || echo "nvidia-smi failed"
 "$PYTHON" - <<'PY'
 import sys
