@@ -313,4 +313,44 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
     reuse = next(line for line in lines if line.split()[:3] == ["4096", "cold", "1"])
     assert "HBM" in reuse and "memory" in reuse  # 33.6 MB in 10 us: 3.36 TB/s, memory-bound
     assert "3.36 TB/s" in reuse
-    assert lines[-1] == "timing: CUDA events; stream held"
+    assert "timing: CUDA events; stream held" in lines
+    assert lines[-2:] == ["hardware counters (ncu):", "  no counters run in the store"]
+
+
+def test_device_summary_reports_the_counters_calibration_and_hierarchical_points(tmp_path):
+    """The counters part of the device check's table, on CONSTRUCTED counters records
+    (tests/constructed_counters.py, not a measurement): each profile's status, each
+    calibration's counted/2MNK and pairing, and each hierarchical point's level and limit."""
+    from rooflab.roofline import counter_points, write_points
+    from rooflab.store import ingest
+    from tests import constructed_counters as constructed
+    from tests.gpu.device_summary import counters_lines
+
+    results = tmp_path / "results"
+    runs = constructed.write_campaign(results)
+    ceilings = latest_ceilings_by_machine([runs["ceilings"]])
+    counted, notes = counter_points([runs["counters"]], [runs["gemm"]], ceilings)
+    assert notes == []
+    write_points(counted, results / "roofline" / "roofline_points.parquet")
+    db = tmp_path / "rooflab.duckdb"
+    ingest(db, results)
+    lines = counters_lines(str(db))
+    assert lines[:2] == ["", "hardware counters (ncu):"]
+    m64 = constructed.config_id(64)
+    assert f"  {m64} --cache-control all: ok; ncu constructed" in lines
+    calibration = [
+        line.split() for line in lines if line.startswith(f"  {m64} ") and "True" in line
+    ]
+    assert [row[1:5] for row in calibration] == [
+        ["all", "bf16_tensor", "1.0020", "True"],
+        ["none", "bf16_tensor", "1.0020", "True"],
+    ]
+    points = [
+        line.split()
+        for line in lines
+        if line.startswith(f"  {m64} ") and line.split()[2] in "HBM L2 L1"
+    ]
+    assert {(row[1], row[2]) for row in points} == {
+        (state, level) for state in ("cold", "warm") for level in ("HBM", "L2", "L1")
+    }
+    assert len(counted) == 12  # 2 configurations x 2 cache states x 3 levels

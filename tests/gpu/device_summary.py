@@ -120,7 +120,58 @@ def summary(db: str) -> str:
         f"capped {counts['capped']}; configurations failing correctness: {failed['configs']}",
         f"timing: {'; '.join(sorted(t for t in timing if t))}",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + counters_lines(db))
+
+
+def counters_lines(db: str) -> list[str]:
+    """How the ncu profiles went, their calibration (counted FLOPs / 2MNK) and pairing, and the
+    hierarchical points they gave (counted bytes per level)."""
+    profiles = _rows(
+        db,
+        "SELECT c.config_id, c.cache_control, c.status, c.reason, c.tool_version, c.chip "
+        "FROM counters c JOIN runs r USING (run_id) WHERE r.backend = 'cuda' "
+        "AND c.metric IS NULL ORDER BY c.config_id NULLS FIRST, c.cache_control",
+    )
+    lines = ["", "hardware counters (ncu):"]
+    if not profiles:
+        return [*lines, "  no counters run in the store"]
+    for p in profiles:
+        where = (
+            f"{p['config_id']} --cache-control {p['cache_control']}" if p["config_id"] else "step"
+        )
+        said = f" ({p['reason']})" if p["reason"] else ""
+        lines.append(f"  {where}: {p['status']}{said}; ncu {p['tool_version']}")
+    calibrations = _rows(
+        db,
+        "SELECT config_id, cache_control, compute_path, ratio, trusted, pairing, pairing_error "
+        "FROM counter_calibration ORDER BY config_id, cache_control",
+    )
+    if calibrations:
+        lines.append(
+            f"  {'configuration':<44} {'cache':>5} {'path':>12} {'counted/2MNK':>12} trusted"
+        )
+    for c in calibrations:
+        ratio = f"{c['ratio']:.4f}" if c["ratio"] is not None else "-"
+        lines.append(
+            f"  {c['config_id']:<44} {c['cache_control']:>5} {c['compute_path'] or '-':>12} "
+            f"{ratio:>12} {c['trusted']!s:<5} {c['pairing'] or c['pairing_error'] or ''}"
+        )
+    points = _rows(
+        db,
+        "SELECT config_id, cache_state, level, bytes, intensity, limiting_level, efficiency "
+        "FROM roofline_points WHERE q_source = 'counters' ORDER BY config_id, cache_state, level",
+    )
+    if points:
+        lines.append(
+            f"  {'hierarchical point':<44} {'cache':>5} {'level':>5} {'bytes':>10} "
+            f"{'FLOP/B':>8} {'limit':>5} {'eff':>5}"
+        )
+    for p in points:
+        lines.append(
+            f"  {p['config_id']:<44} {p['cache_state']:>5} {p['level']:>5} {p['bytes']:>10.4g} "
+            f"{p['intensity']:>8.4g} {p['limiting_level']:>5} {p['efficiency']:>5.2f}"
+        )
+    return lines
 
 
 if __name__ == "__main__":
