@@ -58,7 +58,7 @@ def test_bf16_tensor_count_matches_2mnk_within_one_percent(cuda, tmp_path):
     ]
     assert hbm and hbm[0]["value"] > 0
     (ok,) = [r for r in tables["counters"] if r["metric"] is None and r["status"] == "ok"]
-    assert ok["reason"].endswith("kernel(s) profiled in the range")  # the NVTX filter matched
+    assert "kernel(s) profiled in the range" in ok["reason"]  # the NVTX filter matched
     counters_dir = write_run(tmp_path / "runs", tables["runs"][0]["run_id"], tables)
     machine = tables["runs"][0]["machine_id"]
     # The campaign pairs points with this machine's measured ceilings; here only the step's
