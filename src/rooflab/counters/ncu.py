@@ -544,7 +544,7 @@ def flops_from_counters(
 # -- running one profile ---------------------------------------------------------------------------
 
 
-_PASSES = re.compile(r'^==PROF== Profiling ".*" - \d+: .* - (\d+) pass(?:es)?\s*$')
+_PASSES = re.compile(r'^==PROF== Profiling ".*" - .* - (\d+) pass(?:es)?\s*$')
 
 
 def replay_passes(text: str) -> list[int]:
