@@ -55,8 +55,10 @@ from rooflab.counters.ncu import (
     L1_BYTES,
     L2_BYTES,
     CounterParseError,
+    NcuCommand,
     NcuResult,
     fixed_metrics,
+    ncu_outcome,
     parse_ncu_version,
     replay_passes,
 )
@@ -401,7 +403,7 @@ def test_csv_not_understood_is_unavailable_not_a_crash(tmp_path):
     )
     result = run_ncu(command, timeout_s=60)
     assert isinstance(result, Unavailable)
-    assert result.reason.startswith(f"ncu's CSV ({log}) not understood: row does not fit")
+    assert result.reason.startswith("ncu's CSV not understood: row does not fit")
 
 
 def test_a_failing_program_under_ncu_leaves_its_traceback_in_the_reason(tmp_path):
@@ -449,17 +451,15 @@ def test_recorded_gemm_profiles(csv_path):
         csv_path.with_name(csv_path.name.replace(".raw.csv", f".{part}.txt")).read_text()
         for part in ("stdout", "stderr")
     )
-    assert replay_passes(stdout + "\n" + stderr + "\n" + text) == meta["replay_passes"]
+    # the recorded profile read again as the counters step reads one (rooflab.counters.ncu)
+    command = NcuCommand(tuple(meta["argv"]), meta["settings"], str(csv_path))
+    run = ToolRun(command.argv, meta["returncode"], stdout, stderr, text)
+    result = ncu_outcome(command, run)
     if meta["problem"]:  # a profile that failed on the GPU: the same reason from its output
-        problem = ncu_problem(
-            ToolRun(tuple(meta["argv"]), meta["returncode"], stdout, stderr), text
-        )
-        if problem is None:
-            with pytest.raises(CounterParseError):
-                parse_ncu_csv(text)
-        else:
-            assert problem.reason == meta["problem"]
+        assert isinstance(result, Unavailable) and result.reason == meta["problem"]
         return
+    assert isinstance(result, NcuResult), result
+    assert list(result.passes) == meta["replay_passes"]
     rows = parse_ncu_csv(text)
     assert rows and {r.metric for r in rows} == set(meta["settings"]["metrics"])
     totals = sum_over_kernels(rows)

@@ -318,6 +318,7 @@ def ncu_problem(run: ToolRun, extra_text: str = "") -> Unavailable | None:
 class AvailableMetrics:
     chip: str
     names: frozenset[str]  # base names, as --query-metrics lists them
+    text: str = field(default="", repr=False, compare=False)  # ncu's answer, whole
 
 
 def parse_query_metrics(text: str, chip: str | None = None) -> AvailableMetrics:
@@ -339,7 +340,7 @@ def parse_query_metrics(text: str, chip: str | None = None) -> AvailableMetrics:
     names = frozenset(row[0] for row in rows[1:] if len(row) > column and row[column] == "1")
     if not names:
         raise CounterParseError(f"no metric is marked available for chip {chip!r}")
-    return AvailableMetrics(chip, names)
+    return AvailableMetrics(chip, names, text)
 
 
 def query_available_metrics(
@@ -565,17 +566,16 @@ class NcuResult:
 
 
 def run_ncu(command: NcuCommand, timeout_s: float) -> NcuResult | Unavailable:
-    """Run one profile; its CSV comes from the log file when the command has one, else stdout.
-    ncu missing, not permitted, failing, or profiling no kernel in the range: `Unavailable`."""
-    if command.log_file:
-        Path(command.log_file).unlink(missing_ok=True)  # never read an earlier run's file
-    run = run_tool("ncu", command.argv, timeout_s)
-    if isinstance(run, Unavailable):
-        return run
-    text = run.stdout
-    if command.log_file:
-        path = Path(command.log_file)
-        text = path.read_text(errors="replace") if path.exists() else ""
+    """Run one profile (`ncu_outcome` says what came of it); ncu missing: `Unavailable`."""
+    run = run_tool("ncu", command.argv, timeout_s, command.log_file)
+    return run if isinstance(run, Unavailable) else ncu_outcome(command, run)
+
+
+def ncu_outcome(command: NcuCommand, run: ToolRun) -> NcuResult | Unavailable:
+    """What one finished profile gave: its CSV (from the log file when the command has one, else
+    stdout) parsed and summed, or `Unavailable` when ncu was not permitted or failed, printed a
+    CSV this parser does not understand, or profiled no kernel in the range."""
+    text = (run.file_text or "") if command.log_file else run.stdout
     problem = ncu_problem(run, text if command.log_file else "")
     if problem is not None:
         return problem
@@ -583,8 +583,7 @@ def run_ncu(command: NcuCommand, timeout_s: float) -> NcuResult | Unavailable:
         rows = parse_ncu_csv(text)
         totals = sum_over_kernels(rows)
     except CounterParseError as error:
-        where = command.log_file or "stdout"
-        return Unavailable("ncu", f"ncu's CSV ({where}) not understood: {error}")
+        return Unavailable("ncu", f"ncu's CSV not understood: {error}")
     if not rows:
         said = " | ".join(_tool_lines(run.output + "\n" + text, "==PROF==", "==WARNING=="))
         return Unavailable(

@@ -119,15 +119,10 @@ def parse_perf_stat(text: str, returncode: int | None = None) -> PerfStat:
 def run_perf_stat(command: PerfCommand, timeout_s: float) -> PerfStat | Unavailable:
     """Run perf; perf missing or not runnable is `Unavailable`, everything else a `PerfStat`
     (events perf could not count are in it, with their status)."""
-    if command.output_path:
-        Path(command.output_path).unlink(missing_ok=True)
-    run = run_tool("perf", command.argv, timeout_s)
+    run = run_tool("perf", command.argv, timeout_s, command.output_path)
     if isinstance(run, Unavailable):
         return run
-    text = run.stderr
-    if command.output_path:
-        path = Path(command.output_path)
-        text = path.read_text(errors="replace") + "\n" + run.stderr if path.exists() else text
+    text = run.stderr if run.file_text is None else run.file_text + "\n" + run.stderr
     return parse_perf_stat(text, run.returncode)
 
 

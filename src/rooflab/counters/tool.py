@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -30,15 +31,22 @@ class ToolRun:
     returncode: int
     stdout: str
     stderr: str
+    file_text: str | None = None  # what the tool wrote to its output file; None: no such file
 
     @property
     def output(self) -> str:
         return self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr
 
 
-def run_tool(tool: str, argv: Sequence[str], timeout_s: float) -> ToolRun | Unavailable:
-    """Run `argv`; a missing or non-executable program or a timeout becomes `Unavailable`."""
+def run_tool(
+    tool: str, argv: Sequence[str], timeout_s: float, output_file: str | Path | None = None
+) -> ToolRun | Unavailable:
+    """Run `argv`; a missing or non-executable program or a timeout becomes `Unavailable`.
+    `output_file`: where the tool writes its result (ncu --log-file, perf -o); removed first, so
+    an earlier run's file is never read, and read back into `file_text`."""
     argv = tuple(str(a) for a in argv)
+    if output_file is not None:
+        Path(output_file).unlink(missing_ok=True)
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
@@ -51,4 +59,6 @@ def run_tool(tool: str, argv: Sequence[str], timeout_s: float) -> ToolRun | Unav
         return Unavailable(tool, f"{argv[0]}: could not be started ({error})")
     except subprocess.TimeoutExpired:
         return Unavailable(tool, f"{' '.join(argv[:3])} ...: no answer within {timeout_s:g} s")
-    return ToolRun(argv, done.returncode, done.stdout, done.stderr)
+    written = Path(output_file) if output_file is not None else None
+    text = written.read_text(errors="replace") if written and written.exists() else None
+    return ToolRun(argv, done.returncode, done.stdout, done.stderr, text)
