@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rooflab.backends.base import nvtx_name
 from rooflab.counters import (
     Calibration,
     KernelMetric,
@@ -93,7 +94,7 @@ CHILD = [sys.executable, "-m", "rooflab.counters.gemm_child", "--sweep", "s", "-
 def test_ncu_command_passes_every_experiment_changing_setting(cache_control, replay_mode):
     cmd = ncu_command(
         CHILD,
-        nvtx_range="main/bf16/nn/m64_n4096_k4096/counters",
+        nvtx_range="main:bf16:nn:m64_n4096_k4096:counters",
         metrics=[DRAM_READ, DRAM_WRITE],
         cache_control=cache_control,
         replay_mode=replay_mode,
@@ -107,7 +108,7 @@ def test_ncu_command_passes_every_experiment_changing_setting(cache_control, rep
     assert option(argv, "--replay-mode") == replay_mode
     assert option(argv, "--target-processes") == "all"
     assert "--nvtx" in argv
-    assert option(argv, "--nvtx-include") == r"main\/bf16\/nn\/m64_n4096_k4096\/counters/"
+    assert option(argv, "--nvtx-include") == "main:bf16:nn:m64_n4096_k4096:counters/"
     assert option(argv, "--metrics") == f"{DRAM_READ},{DRAM_WRITE}"
     assert "--csv" in argv
     assert option(argv, "--page") == "raw"
@@ -122,9 +123,9 @@ def test_ncu_command_passes_every_experiment_changing_setting(cache_control, rep
         "clock_control": "none",
         "replay_mode": replay_mode,
         "target_processes": "all",
-        "nvtx_range": "main/bf16/nn/m64_n4096_k4096/counters",
+        "nvtx_range": "main:bf16:nn:m64_n4096_k4096:counters",
         "nvtx_domain": None,
-        "nvtx_include": r"main\/bf16\/nn\/m64_n4096_k4096\/counters/",
+        "nvtx_include": "main:bf16:nn:m64_n4096_k4096:counters/",
         "metrics": [DRAM_READ, DRAM_WRITE],
         "page": "raw",
         "print_units": "base",
@@ -149,18 +150,34 @@ def test_ncu_command_refuses(kwargs, message):
         ncu_command(child, **args)
 
 
-def test_nvtx_filter_escapes_quantifiers_in_names():
-    # push/pop range: a trailing "/"; quantifiers inside the name escaped with "\"
+def test_nvtx_names_need_no_escape_in_ncus_filter():
+    # push/pop range: the name and a trailing "/"; a domain before "@"
     assert nvtx_push_pop_filter("A_range") == "A_range/"
-    assert nvtx_push_pop_filter("a@b,c[d]e*f+g/h") == r"a\@b\,c\[d\]e\*f\+g\/h/"
-    assert nvtx_push_pop_filter("x/y", domain="rooflab") == r"rooflab@x\/y/"
-    # the config id's "/" must not read as nesting of ranges "main", "bf16", ...
-    config_id = "main/fp32/nt/m1_n2_k3"
-    assert counters_range(config_id) == f"{config_id}/counters"
-    assert nvtx_push_pop_filter(counters_range(config_id)).count("\\/") == 4
-    for bad in ("a\\b", "cost$", ""):
-        with pytest.raises(ValueError):
+    assert nvtx_push_pop_filter("x:y", domain="rooflab") == "rooflab@x:y/"
+    # a config id's "/" would read as nesting of ranges "main", "fp32", ...: written as ":"
+    assert nvtx_name("main/fp32/nt/m1_n2_k3/warm") == "main:fp32:nt:m1_n2_k3:warm"
+    assert counters_range("main/fp32/nt/m1_n2_k3") == "main:fp32:nt:m1_n2_k3:counters"
+    assert nvtx_push_pop_filter(counters_range("main/fp32/nt/m1_n2_k3")) == (
+        "main:fp32:nt:m1_n2_k3:counters/"
+    )
+    # what ncu would read as filter syntax, or as its regex mode, is refused, never escaped
+    for bad in (
+        "main/fp32",
+        "a@b",
+        "a,b",
+        "[a",
+        "a]",
+        "a*b",
+        "a+b",
+        "a\\b",
+        "cost$",
+        "",
+        "regex:a",
+    ):
+        with pytest.raises(ValueError, match="NVTX"):
             nvtx_push_pop_filter(bad)
+    with pytest.raises(ValueError, match="NVTX name 'd/e'"):
+        nvtx_push_pop_filter("a", domain="d/e")
 
 
 # -- ncu missing, refused, failing: Unavailable with the reason, never an exception ----------------
@@ -906,6 +923,6 @@ def test_gemm_child_runs_one_config_inside_its_counters_range():
     said = json.loads(done.stdout.strip().splitlines()[-1])
     assert said == {
         "config_id": "t/fp32/nn/m8_n16_k32",
-        "nvtx_range": "t/fp32/nn/m8_n16_k32/counters",
+        "nvtx_range": "t:fp32:nn:m8_n16_k32:counters",
         "backend": "cpu",
     }

@@ -171,7 +171,7 @@ def test_ncu_step_with_the_real_ncu_and_no_driver(timed):
     assert unavailable["tool_version"] == "2024.1.1.0"
     assert (unavailable["cache_control"], unavailable["clock_control"]) == ("all", "none")
     assert unavailable["replay_mode"] == "kernel"
-    assert unavailable["nvtx_include"] == r"s\/fp64\/nn\/m1_n16_k16\/counters/"
+    assert unavailable["nvtx_include"] == "s:fp64:nn:m1_n16_k16:counters/"
     assert "dram__bytes_read.sum" in unavailable["metrics_requested"]
     assert counters_status(rows) == ("unavailable", reason)
     assert tables["counter_calibration"] == []
@@ -272,8 +272,8 @@ def test_a_filter_that_matches_nothing_stops_the_step_at_once(timed, tmp_path):
     (only,) = [r for r in status if r["config_id"]]  # one profile tried, of six
     assert only["status"] == "unavailable"
     assert only["reason"] == (
-        "no kernel profiled inside NVTX range 's/fp64/nn/m1_n16_k16/counters' "
-        r"(filter 's\/fp64\/nn\/m1_n16_k16\/counters/'): ==WARNING== No kernels were profiled."
+        "no kernel profiled inside NVTX range 's:fp64:nn:m1_n16_k16:counters' "
+        "(filter 's:fp64:nn:m1_n16_k16:counters/'): ==WARNING== No kernels were profiled."
     )
     assert tables["counter_calibration"] == []
     assert counters_status(tables["counters"])[0] == "unavailable"

@@ -18,6 +18,16 @@ from typing import Any
 import numpy as np
 
 
+def nvtx_name(label: str) -> str:
+    """The NVTX range name of a label such as `<config_id>/warm`: each '/' written as ':'.
+
+    In ncu's `--nvtx-include` syntax '/' between names means nested push/pop ranges, so a name
+    holding a config id's '/' could be selected only with escapes. The range of
+    `main/bf16/nn/m1_n4096_k4096/warm` is selected by
+    `ncu --nvtx --nvtx-include 'main:bf16:nn:m1_n4096_k4096:warm/'`."""
+    return label.replace("/", ":")
+
+
 class BackendError(RuntimeError):
     """A backend that cannot do what was asked (unavailable, unsupported dtype, no memory)."""
 
@@ -140,7 +150,8 @@ class Backend(ABC):
 
     @contextlib.contextmanager
     def nvtx_range(self, label: str) -> Iterator[None]:
-        """A named range around a measured region for profilers (NVTX on CUDA); else nothing."""
+        """A range named `nvtx_name(label)` around a measured region for profilers (NVTX on
+        CUDA); else nothing."""
         yield
 
     def library_path(self, dtype: str) -> str:

@@ -34,7 +34,14 @@ from importlib import metadata, resources
 import numpy as np
 
 from rooflab import machine
-from rooflab.backends.base import Backend, BackendError, GemmOperands, LocalCache, Workload
+from rooflab.backends.base import (
+    Backend,
+    BackendError,
+    GemmOperands,
+    LocalCache,
+    Workload,
+    nvtx_name,
+)
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
 from rooflab.backends.cublas_args import GEMM_TYPES, row_major_gemm
 from rooflab.backends.random_operands import random_nonzero
@@ -346,7 +353,7 @@ class CudaBackend(Backend):
         if not nvtx.available:
             yield
             return
-        nvtx.RangePush(label)
+        nvtx.RangePush(nvtx_name(label))
         try:
             yield
         finally:

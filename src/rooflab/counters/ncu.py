@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rooflab.backends.base import nvtx_name
 from rooflab.counters.tool import ToolRun, Unavailable, run_tool
 
 NCU = "ncu"
@@ -145,13 +146,13 @@ def plan_collection(available: AvailableMetrics | None) -> CollectionPlan:
 
 CACHE_CONTROLS = ("all", "none")
 REPLAY_MODES = ("kernel", "application")  # per-kernel rows; range replay would merge kernels
-NVTX_QUANTIFIERS = "@,[]/*+"
+NVTX_FILTER_SYNTAX = "@,[]/*+\\$"  # quantifiers of ncu's NVTX filter, and its escapes
 
 
 def counters_range(config_id: str) -> str:
     """The NVTX push/pop range a counters child puts around its one measured GEMM call, named
-    like the backend's other ranges (`<config_id>/correctness`, `<config_id>/<cache state>`)."""
-    return f"{config_id}/counters"
+    like the backend's other ranges (`nvtx_name`): `<config_id>:counters` with ':' for '/'."""
+    return nvtx_name(f"{config_id}/counters")
 
 
 def nvtx_push_pop_filter(range_name: str, domain: str | None = None) -> str:
@@ -159,20 +160,23 @@ def nvtx_push_pop_filter(range_name: str, domain: str | None = None) -> str:
 
     ncu's NVTX filter syntax (NsightComputeCli, "NVTX Filtering"): a trailing `/` marks a push/pop
     range; `/` between names means nesting, `@` a domain, `[` `]` bottom/top of the stack, `*` `+`
-    ranges in between, `,` start/end ranges. These quantifiers inside a name are escaped with `\\`.
-    rooflab's range names contain `/` (config ids), so unescaped they would mean nested ranges and
-    match nothing. Names with `\\` or `$` (escaping rules unclear) are refused."""
-    for name in (range_name, domain or ""):
-        if "\\" in name or "$" in name:
-            raise ValueError(f"NVTX name {name!r}: '\\' and '$' are not supported in a filter")
+    ranges in between, `,` start/end ranges. rooflab's range names hold none of these
+    (`nvtx_name`), so the filter is the plain documented form `<range>/`; a name that would need
+    ncu's escapes is refused rather than escaped."""
     if not range_name:
         raise ValueError("NVTX range name is empty")
-
-    def escape(name: str) -> str:
-        return "".join(f"\\{c}" if c in NVTX_QUANTIFIERS else c for c in name)
-
-    prefix = f"{escape(domain)}@" if domain else ""
-    return f"{prefix}{escape(range_name)}/"
+    for name in (range_name, domain or ""):
+        if any(c in NVTX_FILTER_SYNTAX for c in name):
+            raise ValueError(
+                f"NVTX name {name!r} holds one of {NVTX_FILTER_SYNTAX!r}, which ncu's "
+                "--nvtx-include reads as filter syntax (name ranges with rooflab's nvtx_name)"
+            )
+    prefix = f"{domain}@" if domain else ""
+    if (prefix or range_name).startswith("regex:"):
+        raise ValueError(
+            f"NVTX name {prefix or range_name!r}: ncu reads a leading 'regex:' as a mode"
+        )
+    return f"{prefix}{range_name}/"
 
 
 @dataclass(frozen=True)
