@@ -171,12 +171,10 @@ def nvtx_push_pop_filter(range_name: str, domain: str | None = None) -> str:
                 f"NVTX name {name!r} holds one of {NVTX_FILTER_SYNTAX!r}, which ncu's "
                 "--nvtx-include reads as filter syntax (name ranges with rooflab's nvtx_name)"
             )
-    prefix = f"{domain}@" if domain else ""
-    if (prefix or range_name).startswith("regex:"):
-        raise ValueError(
-            f"NVTX name {prefix or range_name!r}: ncu reads a leading 'regex:' as a mode"
-        )
-    return f"{prefix}{range_name}/"
+    config = f"{domain}@{range_name}/" if domain else f"{range_name}/"
+    if config.startswith("regex:"):
+        raise ValueError(f"NVTX filter {config!r}: ncu reads a leading 'regex:' as a mode")
+    return config
 
 
 @dataclass(frozen=True)
