@@ -27,6 +27,20 @@ def backend():
     return CpuBackend()
 
 
+def test_operands_are_the_shared_seeded_inputs_shaped_by_layout(backend):
+    from rooflab.backends.random_operands import random_nonzero
+
+    nn = backend.gemm_operands(5, 7, 3, "fp32", "nn", seed=2)
+    nt = backend.gemm_operands(5, 7, 3, "fp32", "nt", seed=2)
+    assert nn.x.dtype == nn.w.dtype == nn.y.dtype == np.float32
+    assert (nn.x.shape, nn.w.shape, nt.w.shape, nn.y.shape) == ((5, 3), (3, 7), (7, 3), (5, 7))
+    # The same seed gives the GPU backend the same matrices (it builds them with CuPy).
+    assert np.array_equal(nn.x, random_nonzero(np, (5, 3), 2, stream=0).astype(np.float32))
+    assert np.array_equal(nt.w, random_nonzero(np, (7, 3), 2, stream=1).astype(np.float32))
+    assert np.all(np.abs(nn.x) >= 0.5) and not np.array_equal(nn.x[:, 0], nn.w[:, 0])
+    assert not np.array_equal(nn.x, backend.gemm_operands(5, 7, 3, "fp32", "nn", seed=3).x)
+
+
 def _sweep(**overrides):
     sweep = {
         "m": [1, 7],

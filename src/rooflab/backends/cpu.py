@@ -19,14 +19,9 @@ import numpy as np
 from rooflab import conditions, machine
 from rooflab.backends import cpu_kernels
 from rooflab.backends.base import Backend, BackendError, GemmOperands, Workload
+from rooflab.backends.random_operands import random_nonzero
 
 NUMPY_DTYPES = {"fp64": np.float64, "fp32": np.float32}
-
-
-def random_nonzero(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Magnitudes in [0.5, 1) with random signs: no zeros, no cancellation to exactly zero."""
-    magnitude = rng.uniform(0.5, 1.0, size=shape)
-    return np.where(rng.random(size=shape) < 0.5, -magnitude, magnitude)
 
 
 class CpuBackend(Backend):
@@ -133,10 +128,10 @@ class CpuBackend(Backend):
         self.check_dtype(dtype)
         if layout not in ("nn", "nt"):
             raise BackendError(f"unknown layout {layout!r}; supported: nn, nt")
-        rng = np.random.default_rng(seed)
         as_dtype = NUMPY_DTYPES[dtype]
-        x = random_nonzero((m, k), rng).astype(as_dtype)
-        w = random_nonzero((k, n) if layout == "nn" else (n, k), rng).astype(as_dtype)
+        x = random_nonzero(np, (m, k), seed, stream=0).astype(as_dtype)
+        w_shape = (k, n) if layout == "nn" else (n, k)
+        w = random_nonzero(np, w_shape, seed, stream=1).astype(as_dtype)
         return GemmOperands(x=x, w=w, y=np.empty((m, n), dtype=as_dtype), layout=layout)
 
     def matmul(self, operands: GemmOperands) -> None:

@@ -1,12 +1,12 @@
 """Seeded random GEMM inputs built from element indices, for numpy and CuPy alike (`xp`).
 
-The CUDA backend makes its operands on the device, where a matrix of 8192 x 8192 takes
+Both backends take their operands from here, so one seed gives the same matrices on the CPU and
+on the GPU. The CUDA backend makes them on the device, where a matrix of 8192 x 8192 takes
 milliseconds instead of seconds on the host, and without cuRAND (one library fewer that a GPU
-machine must have). Each element is a pure function of (seed, stream, index) through SplitMix64,
-so the same call gives the same matrix on the host and on the device.
+machine must have). Each element is a pure function of (seed, stream, index) through SplitMix64.
 
-Values follow the CPU backend's rule: magnitudes in [0.5, 1) with random signs, so there are no
-zeros and no exact cancellations to zero.
+Magnitudes lie in [0.5, 1) with random signs, so there are no zeros (which run faster than real
+data and hide unwritten outputs) and no exact cancellations to zero.
 """
 
 from __future__ import annotations
