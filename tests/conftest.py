@@ -1,3 +1,4 @@
+import json
 import shutil
 import subprocess
 import sys
@@ -40,3 +41,16 @@ def copy_workflow(target: Path, config: dict | None = None) -> Path:
     if config is not None:
         (target / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     return target
+
+
+@pytest.fixture(scope="session")
+def quick_ceilings_run(tmp_path_factory) -> tuple[list[dict], Path]:
+    """One `rooflab measure ceilings --quick` on the CPU (about 10 s), shared by the test modules
+    that read it: (the rows it printed as JSON, its run folder). Copy the folder to change it."""
+    out = tmp_path_factory.mktemp("quick_ceilings")
+    result = run_rooflab(
+        "measure", "ceilings", "--backend", "cpu", "--quick", "--out", out, "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = out.iterdir()
+    return json.loads(result.stdout), run_dir

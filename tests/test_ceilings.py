@@ -15,7 +15,6 @@ from rooflab.experiments.ceilings import (
     working_set_sizes,
 )
 from rooflab.records import read_run, to_table
-from tests.conftest import run_rooflab
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -51,14 +50,9 @@ def test_settings_from_config_parses_sizes_with_units():
 
 
 @pytest.fixture(scope="module")
-def quick_ceilings(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ceilings")
-    result = run_rooflab(
-        "measure", "ceilings", "--backend", "cpu", "--quick", "--out", str(out), "--format", "json"
-    )
-    assert result.returncode == 0, result.stderr
-    (run_dir,) = out.iterdir()
-    return json.loads(result.stdout), read_run(run_dir)
+def quick_ceilings(quick_ceilings_run):
+    rows, run_dir = quick_ceilings_run
+    return rows, read_run(run_dir)
 
 
 def test_quick_ceilings_name_every_level_and_path(quick_ceilings):

@@ -1,13 +1,16 @@
 """The report (DESIGN.md §6), built from a small store of real measurements on this machine.
 
 The store is made once per module the way the workflow makes it: `rooflab measure ceilings
---quick`, `rooflab measure gemm` of a tiny sweep, the Roofline points of that run, and
-`rooflab store ingest` (about 15 s on a 2-core machine). The browser test loads the page in
-headless Debian chromium with networking disabled and reads back the rendered DOM.
+--quick` (the run conftest's quick_ceilings_run shares with test_ceilings), `rooflab measure gemm`
+of a tiny sweep, the Roofline points of that run, and `rooflab store ingest`. The browser test
+loads the page in headless Debian chromium with networking disabled and reads back the rendered
+DOM.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import re
 import shutil
@@ -52,20 +55,12 @@ def _rooflab(*args: str, cwd: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
+def store(tmp_path_factory, quick_ceilings_run) -> Path:
     root = tmp_path_factory.mktemp("report_store")
     (root / "tiny.yaml").write_text(TINY_CONFIG)
     results = root / "results"
-    _rooflab(
-        "measure",
-        "ceilings",
-        "--quick",
-        "--backend",
-        "cpu",
-        "--out",
-        "results/ceilings/runs",
-        cwd=root,
-    )
+    _, ceilings_run = quick_ceilings_run
+    shutil.copytree(ceilings_run, results / "ceilings" / "runs" / ceilings_run.name)
     _rooflab(
         "measure",
         "gemm",
@@ -395,8 +390,14 @@ HISTORY_RUNS = 200
 NODE_B = {"host": "node-b", "machine_id": "b" * 16}
 
 
+@functools.cache
+def _rows(run_dir: Path) -> dict[str, list[dict]]:
+    """A run's tables as rows, read once (the history copies one run hundreds of times)."""
+    return {name: table.to_pylist() for name, table in read_run(run_dir).items()}
+
+
 def _copy_run(run_dir: Path, out_dir: Path, started_at, *, runs=None, edit=None) -> str:
-    tables = {name: table.to_pylist() for name, table in read_run(run_dir).items()}
+    tables = copy.deepcopy(_rows(run_dir))
     run_id = new_run_id(started_at)
     for rows in tables.values():
         for row in rows:

@@ -15,6 +15,7 @@ altair and vl_convert are imported inside the functions: the CLI imports this mo
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -1332,9 +1333,7 @@ def _body_html(machines: list[MachineSection]) -> str:
 
 
 def _page(title: str, body: str, specs: dict[str, dict]) -> str:
-    import vl_convert as vlc
-
-    bundle = vlc.javascript_bundle(vl_version=_vl_version())
+    bundle = _vega_bundle()
     specs_json = json.dumps(specs).replace("</", "<\\/")
     embed = f"""
 const specs = {specs_json};
@@ -1362,6 +1361,14 @@ Promise.all(done).then(() => document.body.setAttribute('data-rendered', 'true')
 </body>
 </html>
 """
+
+
+@functools.cache
+def _vega_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one script; built once per process (about 3 s)."""
+    import vl_convert as vlc
+
+    return vlc.javascript_bundle(vl_version=_vl_version())
 
 
 def _vl_version() -> str:
