@@ -118,6 +118,8 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
             "sample_idx": np.arange(n_samples, dtype=np.int64) // groups,
             "seconds": rng.lognormal(np.log(1e-4), 0.05, n_samples),
             "clock_mhz": rng.normal(3000.0, 20.0, n_samples),
+            "amount": 2.0 * (group // len(CACHE_STATES) + 1) * 4096 * 4096,  # 2MNK, m = index + 1
+            "amount_unit": pa.repeat("FLOP", n_samples),
         },
         schema=TABLES["samples"],
     )

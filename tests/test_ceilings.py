@@ -89,8 +89,7 @@ def test_fp32_fma_chains_give_twice_the_fp64_flop_rate():
     sides = []  # (workload, units per window), each window sized once
     for dtype in ("fp32", "fp64"):
         workload = backend.fma_workload(dtype, threads)
-        _, units, _ = time_workload(backend, workload, 0.02, 3)
-        sides.append((workload, units))
+        sides.append((workload, time_workload(backend, workload, 0.02, 3).units))
 
     def rate(workload, units) -> float:
         return units * workload.amount_per_unit / backend.time_call(lambda: workload.run(units))
@@ -113,6 +112,46 @@ def test_quick_ceilings_keep_every_sweep_point_and_condition(quick_ceilings):
     assert all("throttle_reasons" in json.loads(c["unavailable"]) for c in conditions)
     (run,) = tables["runs"].to_pylist()
     assert run["kind"] == "ceilings" and json.loads(run["blas"])
+
+
+def test_quick_ceilings_keep_every_window_as_a_sample_behind_each_value(quick_ceilings):
+    _, tables = quick_ceilings
+    samples: dict[str, list[dict]] = {}
+    for sample in tables["samples"].to_pylist():
+        samples.setdefault(sample["config_id"], []).append(sample)
+
+    def rates(config_id: str) -> list[float]:
+        return [s["amount"] / s["seconds"] for s in samples[config_id]]
+
+    # every sweep point: its n_windows windows, whose median rate is the point's value
+    for point in tables["ceiling_sweep"].to_pylist():
+        windows = samples[point["config_id"]]
+        assert [s["sample_idx"] for s in windows] == list(range(point["n_windows"]))
+        assert {s["amount_unit"] for s in windows} == {"B"}
+        assert all(s["clock_mhz"] > 100 for s in windows)
+        assert point["value"] == pytest.approx(statistics.median(rates(point["config_id"])))
+        p25, median, p75 = statistics.quantiles(rates(point["config_id"]), n=4, method="inclusive")
+        assert point["iqr_ratio"] == pytest.approx((p75 - p25) / median)
+    by_name = {row["name"]: row for row in tables["ceilings"].to_pylist()}
+    for dtype in ("fp64", "fp32"):
+        # every FMA round is kept, and the ceiling is the best round's median: the samples show
+        # how far the other rounds fell (a slow spell of a shared machine)
+        fma = by_name[f"{dtype}_fma"]
+        round_ids = [c for c in samples if c.startswith(f"fma/{dtype}/round")]
+        assert len(round_ids) == fma["n_points"]
+        medians = {c: statistics.median(rates(c)) for c in round_ids}
+        assert fma["config_id"] == max(medians, key=medians.get)
+        assert fma["value"] == pytest.approx(medians[fma["config_id"]])
+        assert {s["amount_unit"] for c in round_ids for s in samples[c]} == {"FLOP"}
+        # the library GEMM: the median time of its samples, each doing 2n^3 FLOP
+        blas = by_name[f"{dtype}_blas"]
+        seconds = [s["seconds"] for s in samples[blas["config_id"]]]
+        (amount,) = {s["amount"] for s in samples[blas["config_id"]]}
+        assert amount == 2 * QUICK.blas_n**3
+        assert blas["value"] == pytest.approx(amount / statistics.median(seconds))
+    for level in ("L1", "L2", "L3", "DRAM"):
+        point = by_name[level]["config_id"]
+        assert by_name[level]["value"] == pytest.approx(statistics.median(rates(point)))
 
 
 class PerCoreL1Backend(CpuBackend):

@@ -582,13 +582,20 @@ def test_calibrate(counted, trusted, words):
     assert words in result.reason
     if not trusted:
         assert "untrusted" in result.reason
+    if counted is not None and math.isfinite(counted) and counted >= 0:
+        assert result.ratio == counted / F  # stored: how far the counter was off
+    else:
+        assert result.ratio is None
 
 
-def test_calibrate_refuses_nonsense_shapes():
+def test_calibrate_refuses_nonsense_shapes_and_tolerances():
     with pytest.raises(ValueError):
         calibrate(F, 0, N, K)
-    with pytest.raises(ValueError):
-        calibrate(F, M, N, K, tolerance=1.5)
+    for tolerance in (1.5, 1.0, -0.01):
+        with pytest.raises(ValueError, match="tolerance must be in"):
+            calibrate(F, M, N, K, tolerance=tolerance)
+    assert calibrate(F, M, N, K, tolerance=0.0).trusted  # an exact count passes a zero tolerance
+    assert not calibrate(F + 2, M, N, K, tolerance=0.0).trusted
 
 
 # -- pairing ---------------------------------------------------------------------------------------
@@ -694,6 +701,9 @@ def test_hierarchical_points_name_the_limiting_level():
         assert by_level[level]["bytes"] == q
     assert by_level["HBM"]["attainable_flops_per_s"] == pytest.approx(4e12 * F / 3.4e7)
     assert by_level["L2"]["attainable_flops_per_s"] == pytest.approx(1.2e13 * F / 2e8)
+    # each level's bound: its bytes at its bandwidth, or the compute time where that is longer
+    assert by_level["HBM"]["bound_s"] == pytest.approx(3.4e7 / 4e12)
+    assert by_level["L2"]["bound_s"] == pytest.approx(2e8 / 1.2e13)
     assert {r["limiting_level"] for r in rows} == {"L2"}
     assert {r["limiter"] for r in rows} == {"L2"}
     hier = 1.2e13 * F / 2e8
@@ -722,6 +732,7 @@ def test_compute_limits_when_every_level_allows_more():
     assert {r["limiting_level"] for r in rows} == {"HBM"}  # still the tighter of the two levels
     assert {r["hierarchical_attainable_flops_per_s"] for r in rows} == {7e14}
     assert all(r["attainable_flops_per_s"] == 7e14 for r in rows)
+    assert all(r["bound_s"] == pytest.approx(F / 7e14) for r in rows)
 
 
 def test_hierarchical_points_need_a_ceiling():
@@ -729,6 +740,14 @@ def test_hierarchical_points_need_a_ceiling():
         hierarchical_points(cold_pairing(), trusted(), {"L1": 1e8}, CEILINGS, "bf16_tensor")
     with pytest.raises(ValueError, match="no compute ceiling"):
         hierarchical_points(cold_pairing(), trusted(), {"HBM": 1e8}, {"HBM": 1e12}, "bf16_tensor")
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
+def test_hierarchical_points_refuse_counted_bytes_that_are_not_a_count(bad):
+    with pytest.raises(ValueError, match="counted bytes must be finite and >= 0"):
+        hierarchical_points(
+            cold_pairing(), trusted(), {"HBM": 3.4e7, "L2": bad}, CEILINGS, "bf16_tensor"
+        )
 
 
 # -- model vs counted bytes ------------------------------------------------------------------------
@@ -741,6 +760,7 @@ def test_model_vs_counted_direction():
     assert "by 2.84x" in over.statement
     under = model_vs_counted(34_078_720, 40_000_000)
     assert under.direction == "model under-counts" and under.ratio > 1
+    assert "under-counts by 1.17x" in under.statement
     assert model_vs_counted(1e6, 1.005e6).direction == "agrees"
     assert model_vs_counted(1e6, 0).direction == "model over-counts"
     with pytest.raises(ValueError):

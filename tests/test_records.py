@@ -24,6 +24,8 @@ def test_write_run_is_one_folder_of_parquet_files(tmp_path):
             "sample_idx": 0,
             "seconds": 1e-3,
             "clock_mhz": 3200.0,
+            "amount": 2e9,
+            "amount_unit": "FLOP",
         }
     ]
     run_dir = write_run(tmp_path, run_id, {"samples": rows, "gemm_points": []})

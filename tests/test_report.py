@@ -14,6 +14,7 @@ import functools
 import hashlib
 import re
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -233,6 +234,30 @@ def test_page_is_one_offline_file_with_a_summary(built):
     assert "GB/s" in page and "GFLOP/s" in page and "Ridge points against DRAM" in page
     assert re.search(r"\d+</b> compute-bound, <b>\d+</b> memory-bound", page)
     assert "vegaEmbed" in page and len(page) > 500_000  # the libraries are inline
+
+
+def test_summary_shows_the_spread_of_the_samples_and_rounds_behind_each_ceiling(built, store):
+    samples = query(
+        store,
+        "SELECT s.config_id, s.amount / s.seconds AS rate FROM samples s "
+        "JOIN runs r USING (run_id) WHERE r.kind = 'ceilings'",
+    ).to_pylist()
+    rates: dict[str, list[float]] = {}
+    for sample in samples:
+        rates.setdefault(sample["config_id"], []).append(sample["rate"])
+    page = built.index.read_text()
+    for dtype in ("fp64", "fp32"):
+        medians = [statistics.median(v) for c, v in rates.items() if c.startswith(f"fma/{dtype}/")]
+        (fma,) = query(
+            store, f"SELECT value, n_points FROM latest_ceilings WHERE name = '{dtype}_fma'"
+        ).to_pylist()
+        assert fma["value"] == pytest.approx(max(medians)) and fma["n_points"] == len(medians)
+        row = re.search(rf"<tr><td>{dtype}_fma</td>.*?</tr>", page).group(0)
+        low, high = (f"{v / 1e9:.4g} GFLOP/s" for v in (min(medians), max(medians)))
+        assert f"best of {len(medians)} rounds, whose medians spanned {low} to {high}" in row
+    dram = re.search(r"<tr><td>DRAM</td>.*?</tr>", page).group(0)
+    assert re.search(r"<td>\d+, IQR \d+\.\d% of the median rate</td></tr>$", dram)
+    assert "rounds" not in dram
 
 
 def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, store):

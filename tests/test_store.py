@@ -241,6 +241,8 @@ def big_gemm_run(out, started_at, n_samples_rows):
             "sample_idx": np.arange(n_samples_rows, dtype=np.int64),
             "seconds": np.full(n_samples_rows, 1e-5),
             "clock_mhz": np.full(n_samples_rows, 3000.0),
+            "amount": np.full(n_samples_rows, 2.0 * 64 * 64),
+            "amount_unit": pa.repeat("FLOP", n_samples_rows),
         },
         schema=TABLES["samples"],
     )

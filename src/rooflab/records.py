@@ -92,11 +92,15 @@ TABLES: dict[str, pa.Schema] = {
             ("clock_moved", _B),
             ("clock_capped", _B),
             ("clock_events", _S),
+            # The samples behind the value: the sweep point or FMA round that gave it, or the
+            # library GEMM's configuration.
+            ("config_id", _S),
         ]
     ),
     "ceiling_sweep": pa.schema(
         [
             ("run_id", _S),
+            ("config_id", _S),  # its windows are the `samples` rows of this config_id
             ("kernel", _S),
             ("working_set_bytes", _I),
             ("threads", _I),
@@ -117,6 +121,10 @@ TABLES: dict[str, pa.Schema] = {
             ("sample_idx", _I),
             ("seconds", _F),
             ("clock_mhz", _F),
+            # Work in the timed interval, so that amount / seconds is the sample's rate: FLOP of a
+            # GEMM or an FMA window, B of a bandwidth window.
+            ("amount", _F),
+            ("amount_unit", _S),
         ]
     ),
     "gemm_points": pa.schema(

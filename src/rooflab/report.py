@@ -119,16 +119,42 @@ def _slug(text: str) -> str:
 
 
 def _ceilings(connection, scope) -> pd.DataFrame:
-    """Latest ceilings of the machine: the best kernel per bandwidth level, every compute path."""
+    """Latest ceilings of the machine: the best kernel per bandwidth level, every compute path;
+    with the spread of the windows behind each value and, for the FMA paths, of their rounds."""
     return _df(
         connection,
         """
-        SELECT kind, name, kernel, dtype, value, unit, working_set_min_bytes,
-               working_set_max_bytes
-        FROM latest_ceilings
-        WHERE machine_id = ? AND backend = ?
-        QUALIFY row_number() OVER (PARTITION BY kind, name ORDER BY value DESC) = 1
-        ORDER BY kind, value DESC
+        WITH ceiling AS (
+            SELECT run_id, config_id, kind, name, kernel, dtype, value, unit,
+                   working_set_min_bytes, working_set_max_bytes, n_points
+            FROM latest_ceilings
+            WHERE machine_id = ? AND backend = ?
+            QUALIFY row_number() OVER (PARTITION BY kind, name ORDER BY value DESC) = 1
+        ),
+        windows AS (  -- the ceilings run's samples, one row per sweep point, round or GEMM
+            SELECT run_id, config_id, count(*) AS n_windows,
+                   median(amount / seconds) AS median_rate,
+                   (quantile_cont(amount / seconds, 0.75) - quantile_cont(amount / seconds, 0.25))
+                       / median(amount / seconds) AS iqr_ratio
+            FROM samples
+            WHERE run_id IN (SELECT run_id FROM ceiling) AND amount IS NOT NULL
+            GROUP BY run_id, config_id
+        ),
+        rounds AS (  -- fma/<dtype>/round<i>: the spread of the rounds' medians
+            SELECT run_id, regexp_replace(config_id, '/round[0-9]+$', '') AS family,
+                   min(median_rate) AS rounds_min, max(median_rate) AS rounds_max
+            FROM windows WHERE regexp_matches(config_id, '/round[0-9]+$')
+            GROUP BY ALL
+        )
+        SELECT c.kind, c.name, c.kernel, c.dtype, c.value, c.unit, c.working_set_min_bytes,
+               c.working_set_max_bytes, c.n_points, w.n_windows, w.iqr_ratio, r.rounds_min,
+               r.rounds_max
+        FROM ceiling AS c
+        LEFT JOIN windows AS w USING (run_id, config_id)
+        LEFT JOIN rounds AS r
+            ON r.run_id = c.run_id
+           AND r.family = regexp_replace(c.config_id, '/round[0-9]+$', '')
+        ORDER BY c.kind, c.value DESC
         """,
         [scope["machine_id"], scope["backend"]],
     )
@@ -1180,6 +1206,28 @@ def _counter_charts(counted: pd.DataFrame, ceilings: pd.DataFrame) -> list[Chart
     return charts
 
 
+def _rate_text(value: float, unit: str) -> str:
+    if unit == "B/s":
+        return f"{value / 1e9:.4g} GB/s"
+    if unit == "FLOP/s":
+        return f"{value / 1e9:.4g} GFLOP/s"
+    return f"{value:.4g} {html.escape(str(unit))}"
+
+
+def _windows_text(ceiling) -> str:
+    """How steady the samples behind a ceiling were; for a best-of-rounds path, how far its
+    rounds spread (a low round is a slow spell of the machine, or a clock that moved)."""
+    import pandas as pd
+
+    if pd.isna(ceiling.n_windows):
+        return "not stored (a run of an older rooflab)"
+    text = f"{int(ceiling.n_windows)}, IQR {ceiling.iqr_ratio:.1%} of the median rate"
+    if not pd.isna(ceiling.rounds_min):
+        low, high = (_rate_text(v, ceiling.unit) for v in (ceiling.rounds_min, ceiling.rounds_max))
+        text += f"; best of {int(ceiling.n_points)} rounds, whose medians spanned {low} to {high}"
+    return text
+
+
 def _summary_html(connection, scope, facts) -> str:
     ceilings, points, failed = facts["ceilings"], facts["points"], facts["failed"]
     counts = _df(
@@ -1216,18 +1264,15 @@ def _summary_html(connection, scope, facts) -> str:
     else:
         run = esc(str(scope.get("ceilings_run_id")))
         out.append(f"<h3>Latest ceilings (run <code>{run}</code>)</h3><table class='ceilings'>")
-        out.append("<tr><th>ceiling</th><th>value</th><th>kernel</th><th>dtype</th></tr>")
+        out.append(
+            "<tr><th>ceiling</th><th>value</th><th>kernel</th><th>dtype</th>"
+            "<th>samples behind it</th></tr>"
+        )
         for r in ceilings.itertuples():
-            value = (
-                f"{r.value / 1e9:.4g} GB/s"
-                if r.unit == "B/s"
-                else f"{r.value / 1e9:.4g} GFLOP/s"
-                if r.unit == "FLOP/s"
-                else f"{r.value:.4g} {esc(str(r.unit))}"
-            )
             out.append(
-                f"<tr><td>{esc(r.name)}</td><td class='num'>{value}</td>"
-                f"<td>{esc(str(r.kernel))}</td><td>{esc(str(r.dtype))}</td></tr>"
+                f"<tr><td>{esc(r.name)}</td><td class='num'>{_rate_text(r.value, r.unit)}</td>"
+                f"<td>{esc(str(r.kernel))}</td><td>{esc(str(r.dtype))}</td>"
+                f"<td>{_windows_text(r)}</td></tr>"
             )
         out.append("</table>")
         memory = ceilings[(ceilings.kind == "bandwidth") & ceilings.name.isin(MEMORY_LEVELS)]

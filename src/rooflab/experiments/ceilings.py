@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from rooflab.backends.base import Backend, BackendError, Workload
 from rooflab.config import ConfigError
 from rooflab.experiments.runs import conditions_row, during_rows, run_row
-from rooflab.experiments.timing import Progress, TimingSettings, measure, summarize
+from rooflab.experiments.timing import Progress, Sample, TimingSettings, measure, summarize
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import UnitError, parse_bytes
@@ -135,23 +135,51 @@ def units_for_window(seconds_for: Callable[[int], float], window_s: float) -> in
     return units
 
 
-def time_workload(
-    backend: Backend, workload: Workload, window_s: float, windows: int
-) -> tuple[float, int, float]:
-    """(median rate per s, units per window, IQR/median of the windows' rates)."""
+@dataclass(frozen=True)
+class Windows:
+    """The timed windows of one workload: every one is kept (as `samples` rows)."""
+
+    units: int  # work units per window (FMA iterations, passes over the working set)
+    amount: float  # work per window, in `unit`: units x the workload's amount per unit
+    unit: str  # FLOP or B
+    samples: list[Sample]
+
+    def rates(self) -> list[float]:
+        return [self.amount / s.seconds for s in self.samples]
+
+    def median_rate(self) -> float:
+        return statistics.median(self.rates())
+
+    def iqr_ratio(self) -> float:
+        return summarize(self.rates(), noisy_iqr_ratio=math.inf).iqr_ratio
+
+    def sample_rows(self, run_id: str, config_id: str) -> list[dict]:
+        return [
+            {
+                "run_id": run_id,
+                "config_id": config_id,
+                "cache_state": "warm",
+                "sample_idx": i,
+                "seconds": s.seconds,
+                "clock_mhz": s.clock_mhz,
+                "amount": self.amount,
+                "amount_unit": self.unit,
+            }
+            for i, s in enumerate(self.samples)
+        ]
+
+
+def time_workload(backend: Backend, workload: Workload, window_s: float, windows: int) -> Windows:
+    """Size one window (a call of at least `window_s`), then time `windows` of them, reading the
+    clock after each, outside the timed call."""
 
     def seconds_for(units: int) -> float:
         return backend.time_call(lambda: workload.run(units))
 
     workload.run(1)  # warm-up: compilation, first touch, thread start-up
     units = units_for_window(seconds_for, window_s)
-    rates = [units * workload.amount_per_unit / seconds_for(units) for _ in range(windows)]
-    median = statistics.median(rates)
-    if len(rates) > 1:
-        p25, _, p75 = statistics.quantiles(rates, n=4, method="inclusive")
-    else:
-        p25 = p75 = median
-    return median, units, (p75 - p25) / median
+    samples = [Sample(seconds_for(units), backend.sample_clock_mhz()) for _ in range(windows)]
+    return Windows(units, units * workload.amount_per_unit, workload.unit, samples)
 
 
 def run_ceilings(
@@ -196,13 +224,13 @@ def run_ceilings(
             tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
             workload = backend.fma_workload(dtype, threads)
             with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
-                rate, iters, _ = time_workload(
-                    backend, workload, settings.window_s, settings.windows
-                )
+                windows = time_workload(backend, workload, settings.window_s, settings.windows)
             tables["conditions"].extend(during_rows(run_id, during))
             tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
+            tables["samples"].extend(windows.sample_rows(run_id, config_id))
+            rate = windows.median_rate()
             if rate > best.get(dtype, (0.0,))[0]:
-                best[dtype] = (rate, iters, workload.threads or threads, config_id)
+                best[dtype] = (rate, windows.units, workload.threads or threads, config_id)
             progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s")
         rounds += 1
 
@@ -217,28 +245,30 @@ def run_ceilings(
             for size in sizes:
                 workload = workload_for(size)
                 kernel_threads = workload.threads or threads
-                rate, reps, iqr = time_workload(
-                    backend, workload, settings.window_s, settings.windows
-                )
+                windows = time_workload(backend, workload, settings.window_s, settings.windows)
+                rate = windows.median_rate()
                 # one pass touches the whole working set, unless the workload says otherwise
                 working_set = workload.working_set_bytes or workload.amount_per_unit
                 level = next(
                     (name for name, (lo, hi) in level_windows.items() if lo <= working_set <= hi),
                     None,
                 )
-                points.append((working_set, rate, level))
+                point_id = f"{config_id}/ws{working_set}"
+                points.append((working_set, rate, level, point_id))
+                tables["samples"].extend(windows.sample_rows(run_id, point_id))
                 tables["ceiling_sweep"].append(
                     {
                         "run_id": run_id,
+                        "config_id": point_id,
                         "kernel": kernel,
                         "working_set_bytes": working_set,
                         "threads": kernel_threads,
                         "value": rate,
                         "unit": "B/s",
-                        "reps": reps,
+                        "reps": windows.units,
                         "n_windows": settings.windows,
                         "window_s": settings.window_s,
-                        "iqr_ratio": iqr,
+                        "iqr_ratio": windows.iqr_ratio(),
                         "level": level,
                     }
                 )
@@ -248,9 +278,10 @@ def run_ceilings(
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
         flags = _flags(tables, {config_id}, settings.max_clock_change)
         for level, (lo, hi) in level_windows.items():
-            on_plateau = [(ws, rate) for ws, rate, name in points if name == level]
+            on_plateau = [(ws, rate, pid) for ws, rate, name, pid in points if name == level]
             if not on_plateau:
                 continue  # the sweep did not reach this plateau; no ceiling is claimed
+            _, value, best_point = max(on_plateau, key=lambda point: point[1])
             tables["ceilings"].append(
                 {
                     "run_id": run_id,
@@ -258,7 +289,7 @@ def run_ceilings(
                     "name": level,
                     "kernel": kernel,
                     "dtype": "fp64",
-                    "value": max(rate for _, rate in on_plateau),
+                    "value": value,
                     "unit": "B/s",
                     "method": (
                         f"best of {len(on_plateau)} sweep points with {words} in "
@@ -268,9 +299,10 @@ def run_ceilings(
                     ),
                     "cache_state": "warm",
                     "threads": kernel_threads,
-                    "working_set_min_bytes": min(ws for ws, _ in on_plateau),
-                    "working_set_max_bytes": max(ws for ws, _ in on_plateau),
+                    "working_set_min_bytes": min(ws for ws, _, _ in on_plateau),
+                    "working_set_max_bytes": max(ws for ws, _, _ in on_plateau),
                     "n_points": len(on_plateau),
+                    "config_id": best_point,
                     **flags,
                 }
             )
@@ -317,6 +349,7 @@ def run_ceilings(
                 "cache_state": "warm",
                 "threads": fma_threads,
                 "n_points": rounds,
+                "config_id": config_id,
                 **_flags(tables, {config_id}, settings.max_clock_change),
             }
         )
@@ -359,6 +392,8 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
             "sample_idx": i,
             "seconds": s.seconds,
             "clock_mhz": s.clock_mhz,
+            "amount": 2 * n**3,
+            "amount_unit": "FLOP",
         }
         for i, s in enumerate(samples)
     )
@@ -378,6 +413,7 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
         "cache_state": "warm",
         "threads": backend.library_threads(),
         "n_points": 1,
+        "config_id": config_id,
         **_flags(tables, {config_id}, settings.max_clock_change),
     }
 

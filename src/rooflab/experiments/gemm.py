@@ -185,6 +185,8 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
                 "sample_idx": i,
                 "seconds": s.seconds,
                 "clock_mhz": s.clock_mhz,
+                "amount": ledger.flops,
+                "amount_unit": "FLOP",
             }
             for i, s in enumerate(samples)
         )
