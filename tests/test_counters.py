@@ -595,6 +595,7 @@ def test_calibrate_refuses_nonsense_shapes_and_tolerances():
         with pytest.raises(ValueError, match="tolerance must be in"):
             calibrate(F, M, N, K, tolerance=tolerance)
     assert calibrate(F, M, N, K, tolerance=0.0).trusted  # an exact count passes a zero tolerance
+    assert calibrate(2 * N * K, 1, N, K).trusted  # M = 1, the weight-reuse sweep's first point
     assert not calibrate(F + 2, M, N, K, tolerance=0.0).trusted
 
 
@@ -748,6 +749,16 @@ def test_hierarchical_points_refuse_counted_bytes_that_are_not_a_count(bad):
         hierarchical_points(
             cold_pairing(), trusted(), {"HBM": 3.4e7, "L2": bad}, CEILINGS, "bf16_tensor"
         )
+
+
+def test_zero_counted_bytes_at_a_level_give_no_memory_bound_there():
+    # zero is a count (a level the kernel's traffic did not cross), not a missing counter
+    rows = hierarchical_points(
+        cold_pairing(), trusted(), {"HBM": 3.4e7, "L2": 0.0}, CEILINGS, "bf16_tensor"
+    )
+    l2 = next(r for r in rows if r["level"] == "L2")
+    assert l2["intensity"] == math.inf and l2["attainable_flops_per_s"] == 7e14
+    assert {r["limiting_level"] for r in rows} == {"HBM"}
 
 
 # -- model vs counted bytes ------------------------------------------------------------------------

@@ -133,3 +133,38 @@ def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
     assert cold["limiter"] == "memory" and cold["q_source"] == "model"
     assert cold["efficiency"] == pytest.approx(ledger.flops / 1e-3 / (20e9 * ledger.intensity))
     assert cold["ceilings_run_id"] == "c-new" and cold["compute_path"] == "fp64_fma"
+
+
+def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path):
+    # Ceilings that lack the fp32 path and the DRAM level: an fp32 point and a cold fp64 point
+    # have no roof to stand under, so they are left out (not drawn against some other roof).
+    rows = [r for r in _ceilings("c", 1.0) if r["name"] != "DRAM"]
+    ceilings_run = _run(
+        tmp_path, "c", "A", "ceilings", datetime(2026, 1, 1, tzinfo=UTC), ceilings=rows
+    )
+    ceilings = latest_ceilings_by_machine([ceilings_run])
+    gemm_points = []
+    for dtype in ("fp64", "fp32"):
+        ledger = gemm_ledger(1, 256, 256, dtype)
+        for state in ("warm", "cold"):
+            gemm_points.append(
+                {
+                    "run_id": "g",
+                    "config_id": f"s/{dtype}/nn/m1_n256_k256",
+                    "cache_state": state,
+                    "m": 1,
+                    "n": 256,
+                    "k": 256,
+                    "dtype": dtype,
+                    "median_s": 1e-5,
+                    "flops": ledger.flops,
+                    "bytes_model": ledger.bytes,
+                }
+            )
+    gemm = _run(
+        tmp_path, "g", "A", "gemm", datetime(2026, 2, 1, tzinfo=UTC), gemm_points=gemm_points
+    )
+    points = roofline_points([gemm], ceilings)
+    assert [(p["config_id"], p["cache_state"], p["level"]) for p in points] == [
+        ("s/fp64/nn/m1_n256_k256", "warm", "L2")  # 528 KB of operands, in the 1 MiB of L2
+    ]
