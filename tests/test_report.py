@@ -256,7 +256,7 @@ def test_summary_shows_the_spread_of_the_samples_and_rounds_behind_each_ceiling(
         low, high = (f"{v / 1e9:.4g} GFLOP/s" for v in (min(medians), max(medians)))
         assert f"best of {len(medians)} rounds, whose medians spanned {low} to {high}" in row
     dram = re.search(r"<tr><td>DRAM</td>.*?</tr>", page).group(0)
-    assert re.search(r"<td>\d+, IQR \d+\.\d% of the median rate</td></tr>$", dram)
+    assert re.search(r"<td>\d+ samples, IQR \d+\.\d% of the median rate</td></tr>$", dram)
     assert "rounds" not in dram
 
 

@@ -1221,7 +1221,7 @@ def _windows_text(ceiling) -> str:
 
     if pd.isna(ceiling.n_windows):
         return "not stored (a run of an older rooflab)"
-    text = f"{int(ceiling.n_windows)}, IQR {ceiling.iqr_ratio:.1%} of the median rate"
+    text = f"{int(ceiling.n_windows)} samples, IQR {ceiling.iqr_ratio:.1%} of the median rate"
     if not pd.isna(ceiling.rounds_min):
         low, high = (_rate_text(v, ceiling.unit) for v in (ceiling.rounds_min, ceiling.rounds_max))
         text += f"; best of {int(ceiling.n_points)} rounds, whose medians spanned {low} to {high}"
@@ -1311,7 +1311,7 @@ PAGE_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 section.chart { margin: 2.5em 0; }
 p.how { color: #444; max-width: 60em; }
 ul.failed, p.warning { color: #a00; }
