@@ -32,6 +32,8 @@ from rooflab.units import (
         ("16 KiB", parse_bytes, 16384),
         ("1 kB", parse_bytes, 1000),
         ("1.5 TiB", parse_bytes, 1.5 * 2**40),
+        ("2 PiB", parse_bytes, 2 * 2**50),
+        ("3 PB", parse_bytes, 3e15),
         ("64B", parse_bytes, 64),
         ("16.785 us", parse_time, 16.785e-6),
         ("16.785 μs", parse_time, 16.785e-6),
