@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from rooflab.backends.bfloat16 import bf16_bits_to_float32, float32_to_bf16_bits
 from rooflab.experiments.correctness import UNIT_ROUNDOFF, check_gemm, tolerances
 
 
@@ -70,3 +71,59 @@ def test_inf_never_passes():
     y[0, 0] = math.inf
     checks, _, _ = check_gemm(x, w, y, "nn", "fp64")
     assert not checks[0].passed
+
+
+# The tensor-core paths (tf32, fp16, bf16) run only on a GPU; their tolerances are judged here on
+# GEMMs emulated on the host with the same roundings: operands as stored, products summed in
+# fp32, the result rounded to the output dtype. Each must pass its own tolerance, and a result
+# with coarser rounding than its dtype allows (the bug each tolerance is there to catch) must fail.
+
+
+def _tensor_operands(m, n, k, seed=2):
+    x, w = _operands(m, n, k, np.float32, seed=seed)
+    return x, w
+
+
+def _fp32_sum(x, w):
+    return x.astype(np.float32) @ w.astype(np.float32)  # fp32 accumulation
+
+
+def _round_mantissa(values, bits):
+    """float32 values rounded (half up) to `bits` explicit mantissa bits: tf32 keeps 10."""
+    view = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    drop = 23 - bits
+    rounded = (view + np.uint32(1 << (drop - 1))) & ~np.uint32((1 << drop) - 1)
+    return rounded.view(np.float32)
+
+
+def _failed(checks):
+    return {c.metric for c in checks if not c.passed}
+
+
+@pytest.mark.parametrize("k", [64, 4096])
+def test_bf16_and_fp16_results_pass_their_own_tolerance_and_coarser_ones_fail(k):
+    x, w = _tensor_operands(64, 48, k)
+    xb, wb = float32_to_bf16_bits(np, x), float32_to_bf16_bits(np, w)
+    exact = _fp32_sum(bf16_bits_to_float32(np, xb), bf16_bits_to_float32(np, wb))
+    checks, _, _ = check_gemm(xb, wb, float32_to_bf16_bits(np, exact), "nn", "bf16")
+    assert _failed(checks) == set(), checks
+    coarse = float32_to_bf16_bits(np, _round_mantissa(exact, 4))  # a 4-bit mantissa result
+    assert "rel_frobenius" in _failed(check_gemm(xb, wb, coarse, "nn", "bf16")[0])
+
+    xh, wh = x.astype(np.float16), w.astype(np.float16)
+    exact = _fp32_sum(xh, wh)
+    checks, _, _ = check_gemm(xh, wh, exact.astype(np.float16), "nn", "fp16")
+    assert _failed(checks) == set(), checks
+    as_bf16 = bf16_bits_to_float32(np, float32_to_bf16_bits(np, exact)).astype(np.float16)
+    assert "rel_frobenius" in _failed(check_gemm(xh, wh, as_bf16, "nn", "fp16")[0])
+
+
+@pytest.mark.parametrize("k", [64, 4096])
+def test_tf32_inputs_pass_tf32_fail_fp32_and_bf16_inputs_fail_tf32(k):
+    x, w = _tensor_operands(64, 48, k)
+    tf32 = _fp32_sum(_round_mantissa(x, 10), _round_mantissa(w, 10))
+    assert _failed(check_gemm(x, w, tf32, "nn", "tf32")[0]) == set()
+    # an fp32 GEMM that ran on TF32 tensor cores (a math mode leaking into fp32) is caught
+    assert "rel_frobenius" in _failed(check_gemm(x, w, tf32, "nn", "fp32")[0])
+    bf16_inputs = _fp32_sum(_round_mantissa(x, 7), _round_mantissa(w, 7))
+    assert "rel_frobenius" in _failed(check_gemm(x, w, bf16_inputs, "nn", "tf32")[0])
