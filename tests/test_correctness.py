@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rooflab.backends.bfloat16 import bf16_bits_to_float32, float32_to_bf16_bits
-from rooflab.experiments.correctness import UNIT_ROUNDOFF, check_gemm, tolerances
+from rooflab.experiments.correctness import UNIT_ROUNDOFF, _sample, check_gemm, tolerances
 
 
 def test_tolerance_formula():
@@ -53,7 +53,16 @@ def test_unwritten_element_fails_even_outside_the_sampled_rows():
     finite = checks[0]
     assert finite.metric == "finite" and not finite.passed
     assert finite.error == 16 and "16 of 4800" in finite.detail
+    assert finite.tolerance == 0.0  # not one NaN or Inf element is allowed
     assert rows == 256  # sampled, and the failure still caught
+
+
+def test_sampled_rows_are_distinct_sorted_and_keep_the_last():
+    for seed in range(20):
+        rows = _sample(600, 256, np.random.default_rng(seed))
+        assert len(set(rows.tolist())) == 256 and rows[-1] == 599
+        assert (np.diff(rows) > 0).all()
+    assert _sample(200, 256, np.random.default_rng(0)).tolist() == list(range(200))
 
 
 def test_one_wrong_element_in_a_large_output_fails_componentwise():

@@ -105,6 +105,10 @@ def test_format_picks_readable_prefixes():
     assert format_quantity(33554432, "flop") == "33.554 MFLOP"
     assert format_quantity(0, "bytes") == "0 B"
     assert format_quantity(2.5, "time") == "2.5 s"
+    assert format_quantity(0, "time") == "0 s"
+    # a value at a prefix's own step takes that prefix, not the one below
+    assert format_quantity(1e3, "bytes") == "1 kB" and format_quantity(1e6, "bytes") == "1 MB"
+    assert format_quantity(1e-3, "time") == "1 ms" and format_quantity(999.5, "bytes") == "999.5 B"
 
 
 KINDS = ["bytes", "byte_rate", "flop", "flop_rate", "time"]
