@@ -145,6 +145,16 @@ def test_int4_rounds_up_to_whole_bytes_and_tf32_is_stored_as_fp32():
 
 
 @pytest.mark.parametrize(
+    ("dtype", "size"),
+    [("fp64", 8), ("fp32", 4), ("bf16", 2), ("fp16", 2), ("fp8_e4m3", 1), ("fp8_e5m2", 1)],
+)
+def test_element_sizes_of_the_measured_dtypes(dtype, size):
+    # the CPU and GPU sweeps' dtypes: every cold-cache byte count and intensity rests on these
+    assert tensor_bytes(dtype, 1000) == 1000 * size
+    assert gemm_ledger(2, 3, 5, dtype).bytes == size * (2 * 5 + 5 * 3 + 2 * 3)
+
+
+@pytest.mark.parametrize(
     ("args", "says"),
     [
         ((0, 1, 1, "fp32"), "m must be a positive integer"),
