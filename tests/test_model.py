@@ -136,6 +136,15 @@ def test_w4a8_ledger_with_group_scales():
     assert ledger.bytes_scales == (4096 // 128) * 4096 * 2
     assert ledger.bytes_x == 16 * 4096
     assert ledger.bytes_y_write == 16 * 4096 * 2
+    assert ledger.bytes == (
+        ledger.bytes_x + ledger.bytes_w + ledger.bytes_scales + ledger.bytes_y_write
+    )  # the scales are traffic too
+
+
+@pytest.mark.parametrize("beta", [math.nan, math.inf, "1", None])
+def test_beta_must_be_a_finite_number(beta):
+    with pytest.raises(ModelError, match="beta must be a finite number"):
+        gemm_ledger(3, 5, 7, "fp32", beta=beta)
 
 
 def test_int4_rounds_up_to_whole_bytes_and_tf32_is_stored_as_fp32():

@@ -72,6 +72,8 @@ def test_clock_flags():
     assert not clock_flags([_reading(1980), _reading(1700)], 0.2)["clock_moved"]
     assert clock_flags([_reading(1000), _reading(949)], 0.05)["clock_moved"]
     assert not clock_flags([_reading(1000), _reading(951)], 0.05)["clock_moved"]
+    assert not clock_flags([_reading(1000), _reading(950)], 0.05)["clock_moved"]  # "more than"
+    assert clock_flags([_reading(1000), _reading(999)], 0.0)["clock_moved"]  # any move at all
 
 
 def test_clock_flags_without_gpu_readings_are_null():
@@ -83,8 +85,9 @@ def test_clock_flags_without_gpu_readings_are_null():
         "clock_capped": None,
         "clock_events": None,
     }
-    with pytest.raises(ValueError):
-        clock_flags(cpu, 1.5)
+    for fraction in (1.5, 1.0, -0.1):
+        with pytest.raises(ValueError, match="max_clock_change is a fraction"):
+            clock_flags(cpu, fraction)
 
 
 def test_pci_bus_ids_of_cuda_and_nvml_compare_equal():

@@ -147,6 +147,13 @@ def test_nvml_samples_in_the_background(cuda):
     assert all(r["sm_clock_mhz"] > 100 and r["temp_c"] > 0 for r in during)
     assert all(isinstance(r["throttle_reasons"], str) for r in during)
     assert cuda.sample_clock_mhz() > 100
+    # NVML gives mW: in W a board draws tens to hundreds (where this GPU reports power at all)
+    assert all(20 < r["power_w"] < 1500 for r in during if r.get("power_w") is not None)
+    static = cuda.monitor.static_info()
+    if static.get("power_limit_w") is not None:
+        assert 100 < static["power_limit_w"] < 1500
+    if static.get("persistence_mode") is not None:
+        assert isinstance(static["persistence_mode"], bool)
 
 
 def test_select_backend_gives_the_gpu_with_its_identity(cuda):
