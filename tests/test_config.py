@@ -89,3 +89,12 @@ def test_shipped_campaigns_are_valid(name):
     assert config["sweeps"]
     for sweep in config["sweeps"].values():
         assert sweep["cache_states"] == ["warm", "cold"]
+
+
+def test_invalid_yaml_names_the_file_and_line(tmp_path):
+    path = tmp_path / "config.yaml"
+    # the flow list opened on line 3 is never closed: YAML stops at the ':' on line 4
+    path.write_text("backend: cpu\ntiming:\n  warmup_s: [0.1\n  min_samples: 3\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: line 4 is not valid YAML (")  # then YAML's words

@@ -873,6 +873,21 @@ def test_derive_cpu_from_counted_events():
     assert "llc_miss_bytes_estimate" not in {d["name"] for d in no_line.derived}
 
 
+def test_derive_cpu_from_a_partial_pmu_derives_only_what_its_counts_allow():
+    """A PMU that counts cycles and LLC loads but not instructions or LLC misses (the status
+    lines in perf's own format, as in tests/fixtures/perf): no ratio is made from half of it."""
+    lines = [
+        "2000000,,cycles,1000,100.00,,",
+        "<not supported>,,instructions,0,100.00,,",
+        "<not supported>,,LLC-load-misses,0,100.00,,",
+        "4000,,LLC-loads,1000,100.00,,",
+    ]
+    result = derive_cpu(parse_perf_stat("\n".join(lines)), DEFAULT_EVENTS[:4], line_bytes=64)
+    assert result.status == "partial" and result.derived == []
+    assert result.measured == {"cycles": 2e6, "LLC-loads": 4000}
+    assert result.reason == "perf: instructions, LLC-load-misses <not supported>"
+
+
 def test_pmu_note_and_line_size_from_sysfs_shaped_folders(tmp_path):
     devices = tmp_path / "devices"
     for name in ("breakpoint", "software", "tracepoint"):
