@@ -74,6 +74,8 @@ def test_small_sweep_records_every_table(backend):
         ]
         assert len(samples) == point["n_samples"]
         assert all(s["clock_mhz"] > 100 for s in samples)
+        assert {(s["amount"], s["amount_unit"]) for s in samples} == {(ledger.flops, "FLOP")}
+        assert sorted(s["sample_idx"] for s in samples) == list(range(len(samples)))
     assert all(row["passed"] for row in tables["correctness"])
     assert {row["metric"] for row in tables["correctness"]} == {
         "finite",

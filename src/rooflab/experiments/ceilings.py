@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from rooflab.backends.base import Backend, BackendError, Workload
 from rooflab.config import ConfigError
 from rooflab.experiments.runs import conditions_row, during_rows, run_row
-from rooflab.experiments.timing import Progress, Sample, TimingSettings, measure, summarize
+from rooflab.experiments.timing import (
+    Progress,
+    Sample,
+    TimingSettings,
+    measure,
+    sample_rows,
+    summarize,
+)
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import UnitError, parse_bytes
@@ -154,19 +161,7 @@ class Windows:
         return summarize(self.rates(), noisy_iqr_ratio=math.inf).iqr_ratio
 
     def sample_rows(self, run_id: str, config_id: str) -> list[dict]:
-        return [
-            {
-                "run_id": run_id,
-                "config_id": config_id,
-                "cache_state": "warm",
-                "sample_idx": i,
-                "seconds": s.seconds,
-                "clock_mhz": s.clock_mhz,
-                "amount": self.amount,
-                "amount_unit": self.unit,
-            }
-            for i, s in enumerate(self.samples)
-        ]
+        return sample_rows(run_id, config_id, "warm", self.samples, self.amount, self.unit)
 
 
 def time_workload(backend: Backend, workload: Workload, window_s: float, windows: int) -> Windows:
@@ -384,19 +379,7 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
         )
     tables["conditions"].extend(during_rows(run_id, during))
     tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
-    tables["samples"].extend(
-        {
-            "run_id": run_id,
-            "config_id": config_id,
-            "cache_state": "warm",
-            "sample_idx": i,
-            "seconds": s.seconds,
-            "clock_mhz": s.clock_mhz,
-            "amount": 2 * n**3,
-            "amount_unit": "FLOP",
-        }
-        for i, s in enumerate(samples)
-    )
+    tables["samples"].extend(sample_rows(run_id, config_id, "warm", samples, 2 * n**3, "FLOP"))
     summary = summarize([s.seconds for s in samples], settings.blas_timing.noisy_iqr_ratio)
     return {
         "run_id": run_id,

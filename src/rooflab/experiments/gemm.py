@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from rooflab.backends.base import Backend, BackendError
 from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.runs import conditions_row, during_rows, run_row
-from rooflab.experiments.timing import Progress, TimingSettings, measure, summarize
+from rooflab.experiments.timing import (
+    Progress,
+    TimingSettings,
+    measure,
+    sample_rows,
+    summarize,
+)
 from rooflab.model import gemm_ledger, tensor_bytes
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
@@ -179,16 +185,7 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
         tables["conditions"].extend(readings)
         flags = clock_flags(readings, timing.max_clock_change)
         tables["samples"].extend(
-            {
-                **ids,
-                "cache_state": cache_state,
-                "sample_idx": i,
-                "seconds": s.seconds,
-                "clock_mhz": s.clock_mhz,
-                "amount": ledger.flops,
-                "amount_unit": "FLOP",
-            }
-            for i, s in enumerate(samples)
+            sample_rows(run_id, config.config_id, cache_state, samples, ledger.flops, "FLOP")
         )
         summary = summarize([s.seconds for s in samples], timing.noisy_iqr_ratio)
         tables["gemm_points"].append(

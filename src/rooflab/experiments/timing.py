@@ -39,6 +39,25 @@ class Sample:
     clock_mhz: float | None
 
 
+def sample_rows(
+    run_id: str, config_id: str, cache_state: str, samples: list[Sample], amount: float, unit: str
+) -> list[dict]:
+    """`samples` table rows; `amount` is the work of each timed interval in `unit` (FLOP or B)."""
+    return [
+        {
+            "run_id": run_id,
+            "config_id": config_id,
+            "cache_state": cache_state,
+            "sample_idx": i,
+            "seconds": s.seconds,
+            "clock_mhz": s.clock_mhz,
+            "amount": amount,
+            "amount_unit": unit,
+        }
+        for i, s in enumerate(samples)
+    ]
+
+
 @dataclass(frozen=True)
 class Summary:
     n_samples: int
