@@ -12,7 +12,7 @@ from rooflab.backends.base import BackendError
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import validate_config
 from rooflab.experiments.gemm import GemmTooLarge, run_gemm_sweep
-from rooflab.experiments.timing import TimingSettings, measure
+from rooflab.experiments.timing import TimingSettings, measure, summarize
 from rooflab.model import gemm_ledger
 from rooflab.records import read_run
 from tests.conftest import installed_script, run_rooflab
@@ -240,3 +240,41 @@ def test_killed_measurement_leaves_no_parquet(tmp_path):
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert list(out.rglob("*.parquet")) == []
+
+
+def test_timing_defaults_are_the_config_schema_defaults():
+    # rooflab measure without a config and the workflow with an empty one time alike
+    assert TimingSettings.from_config(validate_config({})["timing"]) == TimingSettings()
+
+
+def test_summary_is_median_and_iqr_of_every_sample():
+    summary = summarize([4.0, 1.0, 3.0, 2.0, 5.0], noisy_iqr_ratio=0.6)
+    assert (summary.n_samples, summary.median_s, summary.min_s) == (5, 3.0, 1.0)
+    assert (summary.p25_s, summary.p75_s) == (2.0, 4.0)
+    assert summary.iqr_ratio == pytest.approx(2 / 3) and summary.noisy  # 0.67 > 0.6
+    assert not summarize([4.0, 1.0, 3.0, 2.0, 5.0], noisy_iqr_ratio=0.7).noisy
+    one = summarize([2.5], noisy_iqr_ratio=0.1)
+    assert (one.median_s, one.p25_s, one.p75_s, one.iqr_ratio, one.noisy) == (
+        2.5,
+        2.5,
+        2.5,
+        0.0,
+        False,
+    )
+    with pytest.raises(ValueError, match="no samples"):
+        summarize([], 0.1)
+
+
+def test_warm_up_lasts_its_time_and_its_call_floor():
+    backend, calls = CpuBackend(), []
+    settings = TimingSettings(
+        warmup_s=0.05, warmup_min_calls=3, min_time_s=0, min_samples=3, max_samples=3
+    )
+    measure(lambda: calls.append(time.perf_counter()), backend, settings, "warm")
+    warm_up = calls[:-3]  # the last three calls are the samples
+    # time-bound: calls for 50 ms (each takes microseconds, so far more than the floor of 3)
+    assert len(warm_up) > 3 and warm_up[-1] - warm_up[0] >= 0.045
+    calls.clear()
+    few = TimingSettings(warmup_s=1e-9, warmup_min_calls=4, min_time_s=0, min_samples=3)
+    measure(lambda: calls.append(1), backend, few, "warm")
+    assert len(calls) == 4 + 3  # call-bound: the floor of 4, then the 3 samples
