@@ -58,6 +58,7 @@ from rooflab.counters.ncu import (
     CounterParseError,
     NcuCommand,
     NcuResult,
+    base_name,
     fixed_metrics,
     ncu_outcome,
     parse_ncu_version,
@@ -279,16 +280,51 @@ def test_plan_records_what_a_chip_lacks():
     assert not unchecked.checked and unchecked.missing == ()
 
 
-def test_every_ncu_metric_name_is_listed_for_gh100():
-    """The names in the metric list exist (as base names) in ncu's own list for some chip."""
-    text = read(NCU_FIXTURES / "query_metrics" / "gh100.ncu-2024.1.1.csv.gz")
-    names = parse_query_metrics(text).names
-    on_other_chips = {
-        "sm__ops_path_tensor_src_fp16_dst_fp16",
-        "sm__ops_path_tensor_src_fp16_dst_fp32",
-    }
+THREE_CHIPS = NCU_FIXTURES / "query_metrics" / "ad102_ga100_gh100.ncu-2024.1.1.csv.gz"
+FP16_SPLIT = (
+    "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+    "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
+)
+
+
+def test_a_list_of_several_chips_needs_one_named():
+    with pytest.raises(ValueError, match=r"several chips listed \(ad102, ga100, gh100\); name one"):
+        parse_query_metrics(read(THREE_CHIPS))
+
+
+def test_each_chip_of_a_several_chip_list_reads_its_own_column():
+    """ncu's list for ad102 (Ada), ga100 (A100) and gh100 (H100/H200), one column each: each
+    chip's plan takes the fp16 tensor alternative that chip has, and only gh100 lacks nothing."""
+    text = read(THREE_CHIPS)
+    plans = {}
+    for chip in ("ad102", "ga100", "gh100"):
+        available = parse_query_metrics(text, chip=chip)
+        assert available.chip == chip
+        assert missing_metrics(fixed_metrics(), available.names) == []
+        plans[chip] = plan_collection(available)
+    assert plans["gh100"].tensor_metrics["fp16_tensor"] == ("sm__ops_path_tensor_src_fp16.sum",)
+    assert plans["ga100"].tensor_metrics["fp16_tensor"] == FP16_SPLIT
+    assert plans["ad102"].tensor_metrics["fp16_tensor"] == FP16_SPLIT
+    assert plans["gh100"].missing == plans["ad102"].missing == ()
+    # A100 has no FP8 tensor path: its counter is recorded as missing, never collected
+    assert plans["ga100"].missing == ("sm__ops_path_tensor_src_fp8.sum",)
+    assert "fp8_tensor" not in plans["ga100"].tensor_metrics
+    assert "sm__ops_path_tensor_src_fp8.sum" not in plans["ga100"].metrics
+    # two recordings of ncu's gh100 list agree: the column read is gh100's, not a neighbour's
+    single = parse_query_metrics(read(NCU_FIXTURES / "query_metrics" / "gh100.ncu-2024.1.1.csv.gz"))
+    assert parse_query_metrics(text, chip="gh100").names == single.names
+    assert parse_query_metrics(text, chip="ga100").names != single.names
+
+
+def test_every_ncu_metric_name_is_listed_for_some_chip():
+    """The names rooflab asks for exist (as base names) in ncu's own list for ad102, ga100 or
+    gh100: a misspelt metric fails here, not first under ncu on a GPU."""
+    text = read(THREE_CHIPS)
+    names = set().union(
+        *(parse_query_metrics(text, chip=c).names for c in ("ad102", "ga100", "gh100"))
+    )
     for metric in wanted_metrics():
-        assert metric.split(".")[0] in names | on_other_chips, metric
+        assert base_name(metric) in names, metric
 
 
 # -- ncu: the raw CSV (recorded) ------------------------------------------------------------------

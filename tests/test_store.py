@@ -436,6 +436,25 @@ def test_corrupt_parquet_is_named_and_nothing_of_its_run_is_stored(results, db):
     assert store_row_counts(db, first.name) == file_row_counts([first])  # whole, kept
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "roofline_points",  # only the roofline step's file replaces points; a run never holds it
+        "latest_gemm_points",  # a view's name: a table of that name would shadow the view
+        "gemm-points",  # not an SQL identifier of ours
+    ],
+)
+def test_a_run_folder_cannot_hold_a_table_of_a_reserved_or_odd_name(results, db, name):
+    run_dir = gemm_run(results)
+    pq.write_table(pq.read_table(run_dir / "gemm_points.parquet"), run_dir / f"{name}.parquet")
+    with pytest.raises(StoreError, match=f"cannot hold a table named '{name}'"):
+        ingest(db, results)
+    assert store_row_counts(db) == dict.fromkeys(MEASURED_TABLES, 0)
+    assert query(db, "SELECT * FROM roofline_points").num_rows == 0
+    tables = {row["table_name"] for row in rows(db, "SELECT table_name FROM duckdb_tables()")}
+    assert tables == set(TABLES)  # no table was made from the file
+
+
 def test_a_failure_while_storing_a_run_rolls_all_of_it_back(results, db, monkeypatch):
     run_dir = gemm_run(results)
     real_insert = store._Writer._insert
