@@ -65,7 +65,7 @@ from rooflab.counters.ncu import (
     replay_passes,
 )
 from rooflab.counters.perf import DEFAULT_EVENTS
-from rooflab.counters.tool import ToolRun
+from rooflab.counters.tool import ToolRun, run_tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NCU_FIXTURES = FIXTURES / "ncu"
@@ -442,6 +442,17 @@ sys.exit({code})
     )
     script.chmod(0o755)
     return script
+
+
+def test_a_tools_output_file_is_read_back_and_an_earlier_runs_file_never_is(tmp_path):
+    out = tmp_path / "out.txt"
+    writes = ["/bin/sh", "-c", f"echo counted >{out}; echo said; echo warned >&2"]
+    run = run_tool("ncu", writes, 60, out)
+    assert (run.returncode, run.file_text, run.output) == (0, "counted\n", "said\n\nwarned\n")
+    run = run_tool("ncu", ["/bin/sh", "-c", "exit 3"], 60, out)  # wrote nothing this time
+    assert (run.returncode, run.file_text, run.output) == (3, None, "")
+    assert not out.exists()
+    assert run_tool("ncu", ["/bin/sh", "-c", "echo only"], 60).output == "only\n"
 
 
 def test_csv_not_understood_is_unavailable_not_a_crash(tmp_path):

@@ -1,5 +1,6 @@
 """The CPU engine on small real runs, with deliberately broken backends where a test needs one."""
 
+import math
 import signal
 import subprocess
 import time
@@ -11,7 +12,13 @@ import yaml
 from rooflab.backends.base import BackendError
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import validate_config
-from rooflab.experiments.gemm import GemmTooLarge, run_gemm_sweep
+from rooflab.experiments.gemm import (
+    MEMORY_HEADROOM,
+    GemmTooLarge,
+    check_fits,
+    run_gemm_sweep,
+    sweep_configs,
+)
 from rooflab.experiments.timing import TimingSettings, measure, summarize
 from rooflab.model import gemm_ledger
 from rooflab.records import read_run
@@ -67,6 +74,9 @@ def test_small_sweep_records_every_table(backend):
         assert point["p25_s"] <= point["median_s"] <= point["p75_s"]
         assert point["n_samples"] >= FAST.min_samples
         assert (point["flush_bytes"] > 0) == (point["cache_state"] == "cold")
+        cold = point["cache_state"] == "cold"
+        assert point["flush_method"] == (backend.flush_method if cold else None)
+        assert point["achieved_flops_per_s"] == point["flops"] / point["median_s"]
         samples = [
             s
             for s in tables["samples"]
@@ -88,6 +98,16 @@ def test_small_sweep_records_every_table(backend):
     phases = [(c["phase"], c["config_id"]) for c in tables["conditions"]]
     assert phases[0] == ("before", None) and phases[-1] == ("after", None)
     assert all(c["cpu_ghz_measured"] > 0.1 for c in tables["conditions"])
+
+
+def test_a_sweep_checked_earlier_times_only_the_configurations_that_passed(backend):
+    # The workflow's gemm job after its correctness job: no check again, only what passed timed.
+    passed = {"s/fp64/nt/m7_n33_k65", "s/fp32/nn/m1_n33_k65"}
+    tables = run_gemm_sweep(backend, "s", _sweep(), FAST, passed_config_ids=passed)
+    assert tables["correctness"] == []
+    timed = {(p["config_id"], p["cache_state"]) for p in tables["gemm_points"]}
+    assert timed == {(c, state) for c in passed for state in ("warm", "cold")}
+    assert {s["config_id"] for s in tables["samples"]} == passed
 
 
 class UnwrittenLastRow(CpuBackend):
@@ -158,6 +178,30 @@ def test_unsupported_dtype_is_refused_before_measuring(backend):
 def test_oversize_shape_is_refused_with_its_bytes(backend):
     with pytest.raises(GemmTooLarge, match=r"m=1048576 n=1048576 k=8 fp64 needs 8\.796\d* TB"):
         run_gemm_sweep(backend, "s", _sweep(m=[1, 2**20], n=[2**20], k=[8], dtypes=["fp64"]), FAST)
+
+
+class MemoryOf(CpuBackend):
+    """The CPU backend with a stated amount of free memory."""
+
+    def __init__(self, available: int):
+        super().__init__()
+        self.available = available
+
+    def memory_available_bytes(self) -> int:
+        return self.available
+
+
+def test_a_shape_fits_when_its_bytes_are_within_the_headroom():
+    # fp32 300x64 @ 64x500: operands 4 (300*64 + 64*500 + 300*500); the check's float64 copies of
+    # 256 sampled rows and columns: 8 (256*64 + 64*256 + 3*256*256)
+    needed = 4 * (300 * 64 + 64 * 500 + 300 * 500) + 8 * (256 * 64 + 64 * 256 + 3 * 256 * 256)
+    sweep = _sweep(m=[300], n=[500], k=[64], dtypes=["fp32"], layouts=["nn"])
+    check_fits(MemoryOf(math.ceil(needed / MEMORY_HEADROOM)), sweep_configs("s", sweep))
+    short = MemoryOf(math.ceil(needed / MEMORY_HEADROOM) - 2)
+    with pytest.raises(
+        GemmTooLarge, match=r"fp32 needs 2\.6398 MB but only 2\.6398 MB is available to it \(cpu\)"
+    ):
+        check_fits(short, sweep_configs("s", sweep))
 
 
 def _config_file(tmp_path, **timing):

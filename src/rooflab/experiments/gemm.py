@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from rooflab.backends.base import Backend, BackendError
-from rooflab.experiments.correctness import check_gemm
+from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
 from rooflab.experiments.runs import conditions_row, during_rows, run_row
 from rooflab.experiments.timing import (
     Progress,
@@ -53,11 +53,12 @@ def sweep_configs(name: str, sweep: dict) -> list[GemmConfig]:
 
 
 def bytes_needed(config: GemmConfig) -> int:
-    """Operands in their dtype, plus the float64 copies the correctness check makes."""
+    """Operands in their dtype, plus the float64 copies the correctness check makes: the sampled
+    rows of X and columns of W, and three rows x columns arrays (reference, scale, result)."""
     m, n, k = config.m, config.n, config.k
     operands = sum(tensor_bytes(config.dtype, count) for count in (m * k, k * n, m * n))
-    reference = 8 * (min(m, 256) * k + k * min(n, 256) + 3 * min(m, 256) * min(n, 256))
-    return operands + reference
+    rows, cols = min(m, MAX_CHECKED_ROWS), min(n, MAX_CHECKED_COLS)
+    return operands + 8 * (rows * k + k * cols + 3 * rows * cols)
 
 
 def check_fits(backend: Backend, configs: list[GemmConfig]) -> None:
