@@ -107,12 +107,57 @@ def test_hierarchical_chart_axes_roofs_and_tooltips():
         assert row["y"] == pytest.approx(CEILINGS[row["level"]] * row["x"])
 
 
+def test_hierarchical_chart_roofs_meet_at_their_ridges_and_everything_is_inside_the_axes():
+    spec = hierarchical_roofline_chart(points(), ceilings()).to_dict()
+    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    x_domain = point_layer["encoding"]["x"]["scale"]["domain"]
+    y_domain = point_layer["encoding"]["y"]["scale"]["domain"]
+    (roof_layer,) = [la for la in layers(spec) if mark(la) == "line" and "color" in la["encoding"]]
+    (compute_layer,) = [
+        la
+        for la in layers(spec)
+        if mark(la) == "line"
+        and la["encoding"].get("detail", {}).get("field") == "roof"
+        and "color" not in la["encoding"]
+    ]
+    peak, fastest = CEILINGS["bf16_tensor"], max(CEILINGS["HBM"], CEILINGS["L2"])
+    for level in ("HBM", "L2"):  # from the left edge up to the compute roof
+        xs = sorted(r["x"] for r in data_of(spec, roof_layer) if r["level"] == level)
+        assert xs == [pytest.approx(x_domain[0]), pytest.approx(peak / CEILINGS[level])]
+    compute_xs = sorted(r["x"] for r in data_of(spec, compute_layer))
+    assert compute_xs == [pytest.approx(peak / fastest), pytest.approx(x_domain[1])]
+    assert {r["y"] for r in data_of(spec, compute_layer)} == {peak}
+    # every point, ridge and roof end is drawn inside the axes
+    drawn = data_of(spec, point_layer) + data_of(spec, roof_layer) + data_of(spec, compute_layer)
+    assert all(x_domain[0] <= r["x"] <= x_domain[1] * (1 + 1e-12) for r in drawn)
+    assert all(y_domain[0] < r["y"] < y_domain[1] for r in drawn)
+    # labels: bandwidth roofs at their left end, the compute roof at its right end
+    texts = {r["roof"]: r for la in layers(spec) if mark(la) == "text" for r in data_of(spec, la)}
+    assert texts["HBM 4 TB/s"]["x"] == pytest.approx(x_domain[0])
+    assert texts["L2 12 TB/s"]["y"] == pytest.approx(CEILINGS["L2"] * x_domain[0])
+    assert (texts["bf16_tensor 700 TFLOP/s"]["x"], texts["bf16_tensor 700 TFLOP/s"]["y"]) == (
+        pytest.approx(x_domain[1]),
+        peak,
+    )
+
+    # a ridge right of every point still lies inside the axes (the axes reach 4x past it)
+    faster = ceilings().replace({"value": {7.0e14: 7.0e15}})
+    spec = hierarchical_roofline_chart(points(), faster).to_dict()
+    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    assert max(r["x"] for r in data_of(spec, point_layer)) < 7.0e15 / CEILINGS["HBM"]
+    assert point_layer["encoding"]["x"]["scale"]["domain"][1] == pytest.approx(
+        4 * 7.0e15 / CEILINGS["HBM"]
+    )
+
+
 def test_hierarchical_chart_leaves_out_points_it_cannot_place():
     frame = points()
     frame.loc[0, "intensity"] = float("inf")  # a level with zero counted bytes
+    frame.loc[1, "intensity"] = 0.0
+    frame.loc[2, "achieved_flops_per_s"] = 0.0
     spec = hierarchical_roofline_chart(frame, ceilings()).to_dict()
     (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
-    assert len(data_of(spec, point_layer)) == len(frame) - 1
+    assert len(data_of(spec, point_layer)) == len(frame) - 3
 
 
 def model_rows() -> pd.DataFrame:
