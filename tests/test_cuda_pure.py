@@ -3,6 +3,7 @@ a row-major GEMM, device-side random inputs, correctness checks on bf16/fp16/tf3
 FMA and stream accounting, and how a missing GPU is reported."""
 
 import math
+import re
 import struct
 import sys
 
@@ -20,10 +21,17 @@ from rooflab.backends.bfloat16 import (
 )
 from rooflab.backends.cublas_args import GEMM_TYPES, OP_N, OP_T, row_major_gemm
 from rooflab.backends.cuda import (
+    _FMA_FP16,
+    _FMA_FP32,
+    _FMA_FP64,
     BLOCK,
     STREAM_ARRAYS,
+    _check_reps,
+    _pack_half2,
+    _version_text,
     fma_flops_per_iteration,
     fma_kernel_shape,
+    kernel_source,
     l1_vectors,
     stream_vectors,
 )
@@ -239,6 +247,60 @@ def test_fma_flops_follow_the_kernel_constants():
     assert fma_flops_per_iteration("fp32", 1000) == 2 * 8 * 64 * 1000
     assert fma_flops_per_iteration("fp64", 1) == 1024
     assert fma_flops_per_iteration("fp16", 1) == 2048  # half2: two lanes per FMA
+
+
+def test_stream_byte_counts_follow_the_kernels_arrays():
+    """Bytes per pass = arrays x n x 16: each stream kernel takes as many double2 arrays as
+    STREAM_ARRAYS counts for it (read: a; copy: a -> b; triad: b, c -> a), and no other."""
+    source = kernel_source("stream")
+    for kernel, arrays in STREAM_ARRAYS.items():
+        match = re.search(rf"__global__ void stream_{kernel}\(([^)]*)\)", source)
+        assert match, kernel
+        assert match.group(1).count("double2*") == arrays, kernel
+    assert set(re.findall(r"__global__ void stream_(\w+)\(", source)) == set(STREAM_ARRAYS)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "start", "constants"),
+    [
+        (np.float64, 1.0 + 1e-3 * np.arange(8), _FMA_FP64),
+        (np.float32, 1.0 + 1e-3 * np.arange(8), _FMA_FP32),
+        (np.float16, 1.0 + 2.0**-10 * np.arange(8), _FMA_FP16[:2]),
+    ],
+)
+def test_fma_chains_stay_near_their_fixed_point_one(dtype, start, constants):
+    """acc = acc * x + y converges to y / (1 - x) = 1: the FMA kernels' chains neither overflow
+    nor sink into subnormals however long they run (checked here in the kernel's dtype)."""
+    x, y = (dtype(c) for c in constants)
+    assert float(y) / (1 - float(x)) == pytest.approx(1.0, rel=1e-3)
+    acc = start.astype(dtype)
+    for _ in range(20_000):
+        acc = (acc * x + y).astype(dtype)
+    assert np.all((acc >= 0.99) & (acc <= 1.01)), acc
+
+
+def test_half2_constants_hold_the_same_fp16_value_in_both_lanes():
+    assert _pack_half2(np.float16(1.0)) == 0x3C00_3C00
+    x, y, start = (_pack_half2(v) for v in _FMA_FP16)
+    assert (x >> 16, y >> 16, start >> 16) == (x & 0xFFFF, y & 0xFFFF, start & 0xFFFF)
+    assert np.uint16(x & 0xFFFF).view(np.float16) == np.float16(1 - 2.0**-11)
+
+
+def test_reps_must_fit_the_kernels_int():
+    for reps in (1, 2**31 - 1):
+        _check_reps(reps)
+    for reps in (0, -1, 2**31):
+        with pytest.raises(BackendError, match=rf"reps must be in \[1, 2\^31\), got {reps}"):
+            _check_reps(reps)
+
+
+def test_cuda_integer_versions_read_as_major_minor():
+    assert [_version_text(v) for v in (12040, 12090, 13000, 11080)] == [
+        "12.4",
+        "12.9",
+        "13.0",
+        "11.8",
+    ]
 
 
 @pytest.mark.parametrize("kernel", list(STREAM_ARRAYS))
