@@ -30,6 +30,26 @@ def test_triad_computes_a_equals_b_plus_s_c():
     assert np.allclose(a, 1.0 + 3.0 * 2.0)
 
 
+@pytest.mark.parametrize("elements", [None, 2 * 1003])  # allocate_stream's, and a ragged size
+def test_read_sums_every_element_of_every_pass(elements):
+    """The bytes counted are bytes read: the checksum is reps x the sum of the whole array
+    (integer values, so the sum is exact in any order)."""
+    if elements is None:
+        (a,) = cpu_kernels.allocate_stream("read", 256 * 1024, threads=2)
+    else:
+        a = np.empty(elements)
+    a[:] = np.arange(a.size) % 1000 + 1
+    assert cpu_kernels.run_stream("read", (a,), reps=3, threads=2) == 3 * a.sum()
+
+
+def test_copy_writes_every_element_and_leaves_the_source():
+    a, b = cpu_kernels.allocate_stream("copy", 128 * 1024, threads=2)
+    a[:] = np.arange(a.size) + 1.0
+    source = a.copy()
+    cpu_kernels.run_stream("copy", (a, b), reps=2, threads=2)
+    assert np.array_equal(b, source) and np.array_equal(a, source)
+
+
 def test_fma_flops_count_every_chain():
     per_thread = cpu_kernels.FMA_LANES["fp64"]
     assert cpu_kernels.fma_flops("fp64", 10, 2) == 2 * per_thread * 10 * 2
