@@ -372,6 +372,69 @@ def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
     assert f"aggregate {expected.aggregate_s * 1e6:,.1f} μs" in title["subtitle"]
 
 
+def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():
+    import pandas as pd
+
+    from rooflab.report import roofline_chart
+
+    bandwidths = {"L1": 300e9, "L2": 170e9, "DRAM": 25e9}
+    peaks = {"fp32_fma": 180e9, "fp64_fma": 90e9, "fp32_blas": 140e9}
+    ceilings = pd.DataFrame(
+        [
+            {"kind": "bandwidth", "name": n, "kernel": "read", "value": v}
+            for n, v in bandwidths.items()
+        ]
+        + [
+            {
+                "kind": "compute",
+                "name": n,
+                "kernel": "matmul" if "blas" in n else "fma_chains",
+                "value": v,
+            }
+            for n, v in peaks.items()
+        ]
+    )
+    points = pd.DataFrame(
+        [
+            {"dtype": "fp32", "cache_state": "cold", "intensity": 0.5, "achieved_flops_per_s": 9e9},
+            {
+                "dtype": "fp64",
+                "cache_state": "warm",
+                "intensity": 60.0,
+                "achieved_flops_per_s": 80e9,
+            },
+        ]
+    )
+    spec = roofline_chart(ceilings, points).to_dict()
+    layers = spec["layer"]
+    point_layer = layers[-1]
+    x_domain = point_layer["encoding"]["x"]["scale"]["domain"]
+    y_domain = point_layer["encoding"]["y"]["scale"]["domain"]
+    lines = spec["datasets"][layers[0]["data"]["name"]]
+    top, fastest = max(peaks.values()), max(bandwidths.values())
+    for level, bw in bandwidths.items():  # from the left edge up to the highest compute roof
+        ends = sorted(r["x"] for r in lines if r["ceiling"].startswith(f"{level} "))
+        assert ends == [pytest.approx(x_domain[0]), pytest.approx(top / bw)]
+        assert all(
+            r["y"] == pytest.approx(bw * r["x"])
+            for r in lines
+            if r["ceiling"].startswith(f"{level} ")
+        )
+    for path, peak in peaks.items():  # flat, from where it meets the fastest level to the edge
+        roof = [r for r in lines if r["ceiling"].startswith(f"{path} ")]
+        assert sorted(r["x"] for r in roof) == [
+            pytest.approx(peak / fastest),
+            pytest.approx(x_domain[1]),
+        ]
+        assert {r["y"] for r in roof} == {peak}
+        assert {r["library"] for r in roof} == {"blas" in path}
+    drawn = lines + spec["datasets"][point_layer["data"]["name"]]
+    assert all(x_domain[0] <= r["x"] <= x_domain[1] * (1 + 1e-12) for r in drawn)
+    assert all(y_domain[0] < r["y"] < y_domain[1] for r in drawn)
+    # a 4x margin past the lowest ridge (fp64_fma on L1) and past the point at intensity 60
+    assert x_domain == [pytest.approx(90e9 / 300e9 / 4), pytest.approx(60.0 * 4)]
+
+
 def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     import pandas as pd
 
