@@ -355,6 +355,35 @@ def model_vs_counted_rows(points: pd.DataFrame) -> pd.DataFrame:
 # -- charts ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RoofGeometry:
+    """Where a Roofline's roofs run, as x (intensity) ranges on a log-log chart."""
+
+    lo: float  # the x axis
+    hi: float
+    bandwidth: dict[str, tuple[float, float]]  # level -> x from, x to (the roof is y = B·x)
+    compute: dict[str, tuple[float, float]]  # path -> x from, x to (the roof is y = peak)
+
+
+def roof_geometry(
+    peaks: dict[str, float], bandwidths: dict[str, float], intensities: list[float]
+) -> RoofGeometry:
+    """The x axis spans every point and every ridge with a 4x margin (and always 1 FLOP/B); each
+    bandwidth roof rises from the left edge to where it meets the highest compute roof; each
+    compute roof runs flat from where it meets the fastest level to the right edge."""
+    ridges = [p / b for p in peaks.values() for b in bandwidths.values()]
+    xs = [*intensities, *ridges, 1.0]
+    lo, hi = min(xs) / 4, max(xs) * 4
+    top = max(peaks.values(), default=None)
+    fastest = max(bandwidths.values(), default=None)
+    return RoofGeometry(
+        lo,
+        hi,
+        {level: (lo, min(top / bw, hi) if top else hi) for level, bw in bandwidths.items()},
+        {path: (max(peak / fastest, lo) if fastest else lo, hi) for path, peak in peaks.items()},
+    )
+
+
 def _bytes_label(n: float) -> str:
     for factor, prefix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if n >= factor:
@@ -380,18 +409,17 @@ def roofline_chart(
     bws = [float(bandwidth.loc[lv, "value"]) for lv in levels]
 
     intensities = [x for x in points.get("intensity", []) if x > 0 and math.isfinite(x)]
-    ridges = [p / b for p in peaks for b in bws]
-    lo = min(intensities + ridges + [1.0]) / 4
-    hi = max(intensities + ridges + [1.0]) * 4
-    top = max(peaks) if peaks else None
+    roofs = roof_geometry(
+        dict(zip(paths, peaks, strict=True)), dict(zip(levels, bws, strict=True)), intensities
+    )
+    lo, hi = roofs.lo, roofs.hi
 
     lines, labels = [], []
     placed: list[float] = []  # bandwidths whose label sits above its line
     for level, bw in zip(levels, bws, strict=True):
         kernel = bandwidth.loc[level, "kernel"]
-        end = top / bw if top else hi
         text = f"{level} {format_quantity(bw, 'byte_rate', 4)} ({kernel})"
-        for x in (lo, min(end, hi)):
+        for x in roofs.bandwidth[level]:
             lines.append(
                 {"ceiling": text, "kind": "bandwidth", "library": False, "x": x, "y": bw * x}
             )
@@ -404,9 +432,9 @@ def roofline_chart(
             placed.append(bw)
     for path, peak in zip(paths, peaks, strict=True):
         library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
-        start = peak / max(bws) if bws else lo
+        start = roofs.compute[path][0]
         text = f"{path} {format_quantity(peak, 'flop_rate', 4)}" + (" (library)" if library else "")
-        for x in (max(start, lo), hi):
+        for x in roofs.compute[path]:
             lines.append(
                 {"ceiling": text, "kind": "compute", "library": library, "x": x, "y": peak}
             )
@@ -415,7 +443,7 @@ def roofline_chart(
         labels.append(
             {
                 "ceiling": text,
-                "x": hi if not library else max(start, lo) * 1.1,
+                "x": hi if not library else start * 1.1,
                 "y": peak,
                 "align": "left" if library else "right",
                 "dy": -7,

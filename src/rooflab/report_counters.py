@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from rooflab.report import roof_geometry
 from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
@@ -56,25 +57,20 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         compute = compute[compute.name.isin(set(pts.compute_path))]
     levels = _levels(list(pts.level) + list(bandwidth.name))
     bandwidth = bandwidth[bandwidth.name.isin(levels)]
-    peaks = [float(v) for v in compute.value]
+    peaks = {str(n): float(v) for n, v in zip(compute.name, compute.value, strict=True)}
     bws = {str(n): float(v) for n, v in zip(bandwidth.name, bandwidth.value, strict=True)}
-
-    ridges = [p / b for p in peaks for b in bws.values()]
-    xs = list(pts.intensity) + ridges + [1.0]
-    lo, hi = min(xs) / 4, max(xs) * 4
-    top = max(peaks) if peaks else None
+    roofs = roof_geometry(peaks, bws, list(pts.intensity))
+    lo, hi = roofs.lo, roofs.hi
 
     lines, labels = [], []
     for level, bw in bws.items():
         text = f"{level} {format_quantity(bw, 'byte_rate', 4)}"
-        end = min(top / bw, hi) if top else hi
-        for x in (lo, end):
+        for x in roofs.bandwidth[level]:
             lines.append({"roof": text, "level": level, "kind": "bandwidth", "x": x, "y": bw * x})
         labels.append({"roof": text, "level": level, "x": lo, "y": bw * lo, "align": "left"})
-    for path, peak in zip(compute.name, peaks, strict=True):
+    for path, peak in peaks.items():
         text = f"{path} {format_quantity(peak, 'flop_rate', 4)}"
-        start = max(peak / max(bws.values()), lo) if bws else lo
-        for x in (start, hi):
+        for x in roofs.compute[path]:
             lines.append({"roof": text, "level": None, "kind": "compute", "x": x, "y": peak})
         labels.append({"roof": text, "level": None, "x": hi, "y": peak, "align": "right"})
     lines_df = pd.DataFrame(lines, columns=["roof", "level", "kind", "x", "y"])
