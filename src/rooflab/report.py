@@ -453,17 +453,12 @@ def roofline_chart(
         dtypes = {path_for_dtype(d) for d in points.get("dtype", [])}
         drawn = {p: v for p, v in datasheet.peak_flops_per_s.items() if p in dtypes}
         for path, peak in drawn.items():
-            if path in dtypes:
-                text = (
-                    f"{path} {format_quantity(peak, 'flop_rate', 4)} (datasheet {datasheet.name})"
-                )
-                lines += [
-                    {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
-                    for x in (lo, hi)
-                ]
-                labels.append(
-                    {"ceiling": text, "x": lo * 1.1, "y": peak, "align": "left", "dy": -7}
-                )
+            text = f"{path} {format_quantity(peak, 'flop_rate', 4)} (datasheet {datasheet.name})"
+            lines += [
+                {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
+                for x in (lo, hi)
+            ]
+            labels.append({"ceiling": text, "x": lo * 1.1, "y": peak, "align": "left", "dy": -7})
         for level, bw in datasheet.bandwidth_b_per_s.items():
             text = f"{level} {format_quantity(bw, 'byte_rate', 4)} (datasheet)"
             end = min(hi, max(drawn.values()) / bw) if drawn else hi
