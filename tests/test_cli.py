@@ -191,6 +191,15 @@ def test_usage_errors_are_one_line(args, says, capsys):
     assert len(err) == 1 and says in err[0]
 
 
+@pytest.mark.parametrize("seconds", ["-1", "nan", "inf", "soon"])
+def test_a_lock_timeout_must_be_finite_seconds(seconds, tmp_path, capsys):
+    db = tmp_path / "r.duckdb"
+    assert main(["store", "ingest", "--db", str(db), "--lock-timeout", seconds]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"expects seconds >= 0, got '{seconds}'" in err[0]
+    assert not db.exists()
+
+
 def test_module_entry_point_runs():
     result = subprocess.run(
         [sys.executable, "-m", "rooflab", "--version"], capture_output=True, text=True, check=True

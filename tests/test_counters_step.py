@@ -476,3 +476,14 @@ def test_cli_measure_counters(timed, tmp_path, capsys):
     assert "not a run folder" in capsys.readouterr().err
     other = ["measure", "counters", "--config", str(config), "--sweep", "x"]
     assert main([*other, "--timing", str(timed["run_dir"]), "--out", str(tmp_path / "o")]) == 2
+    assert "no sweep 'x'" in capsys.readouterr().err
+    # the timing of another sweep is never paired with this sweep's counters
+    config.write_text(
+        config.read_text().replace(
+            "sweeps:\n", "sweeps:\n  t: {m: [2], n: [8], k: [8], dtypes: [fp64]}\n"
+        )
+    )
+    other = ["measure", "counters", "--config", str(config), "--sweep", "t"]
+    assert main([*other, "--timing", str(timed["run_dir"]), "--out", str(tmp_path / "o")]) == 2
+    assert "a gemm run of sweep 's', not a gemm run of sweep 't'" in capsys.readouterr().err
+    assert len(list((tmp_path / "o").iterdir())) == 1  # nothing written by the refusals
