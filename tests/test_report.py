@@ -25,6 +25,7 @@ from rooflab.records import new_run_id, read_run, write_run
 from rooflab.report import build_report
 from rooflab.roofline import latest_ceilings_by_machine, roofline_points, write_points
 from rooflab.store import ingest, query
+from rooflab.units import format_quantity
 from tests.conftest import run_rooflab
 
 CHROMIUM = shutil.which("chromium") or (
@@ -165,7 +166,7 @@ def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
         "m",
         "n",
         "k",
-        "median_s",
+        "median_s_text",
         "achieved_flops_per_s",
         "attainable_flops_per_s",
         "efficiency",
@@ -197,6 +198,27 @@ def test_every_quantitative_axis_title_has_a_unit_and_every_chart_has_tooltips(b
                     assert re.search(r"\(.+\)", enc["title"]), f"{name}: {enc['title']!r}"
         assert titled >= 1, name  # a nominal axis (configuration names) needs no unit
         assert any("tooltip" in layer.get("encoding", {}) for layer in _layers(spec)), name
+
+
+def test_time_axes_and_tooltips_carry_the_unit_with_its_prefix(built):
+    """d3's "~s" alone labels 0.01 s "10m" under "Time (s)", which reads as ten minutes."""
+    for name in ("reuse_time_tiny", "distributions"):
+        svg = (built.out_dir / f"{name}.svg").read_text()
+        texts = re.findall(r"<text[^>]*>([^<]+)</text>", svg)
+        ticks = [t for t in texts if re.fullmatch(r"[\d.]+\D{0,2}", t) and not t.isdigit()]
+        assert ticks and all(re.fullmatch(r"[\d.]+[nµm]?s", t) for t in ticks), (name, ticks)
+    shown = 0
+    for name, spec in built.specs.items():
+        tips = [t for layer in _layers(spec) for t in layer.get("encoding", {}).get("tooltip", [])]
+        fields = {t["field"] for t in tips}
+        times = {f for f in fields if f == "seconds" or re.search(r"(?<!per)_s$", f)}
+        assert not times, (name, times)
+        rows = [row for rows in spec.get("datasets", {}).values() for row in rows]
+        for field in (f for f in fields if f.endswith("_text")):
+            values = [row[field] for row in rows if field in row]
+            assert values and all(re.fullmatch(r"[\d.]+ (ns|μs|ms|s)", v) for v in values), field
+            shown += 1
+    assert shown == 7  # the Roofline points, weight reuse and five quantiles
 
 
 def test_sweep_weight_reuse_and_distribution_encodings(built):
@@ -625,6 +647,12 @@ def test_change_chart_marks_moves_beyond_the_noise_band(history, store):
         config_id, _cache_state = row["label"].split(" · ")
         verdict.setdefault(config_id, set()).add(row["verdict"])
         assert abs(row["noise_hi"]) == pytest.approx(abs(row["noise_lo"]))
+    timed = [row for row in rows if "latest_s_text" in row]
+    assert timed and all(
+        row[f"{when}_s_text"] == format_quantity(row[f"{when}_s"], "time", 3)
+        for row in timed
+        for when in ("previous", "latest")
+    )
     assert verdict.pop(history["slower"]) == {"slower"}
     assert verdict.pop(history["faster"]) == {"faster"}
     # every other configuration is the same measurement twice: no change at all

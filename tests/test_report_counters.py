@@ -75,6 +75,9 @@ def test_hierarchical_chart_one_point_per_level_per_configuration_joined_per_con
     for m, median, *_ in CONFIGS:
         ys = [r["y"] for r in rows if r["config_id"] == config_id(m)]
         assert ys == [pytest.approx(2 * m * 4096 * 4096 / median)] * 3
+    # the paired timing in the tooltip carries its unit: "30 μs", never "30µ" under "(s)"
+    assert {"field": "median_s_text", "type": "nominal", "title": "median time"} in enc["tooltip"]
+    assert {r["median_s_text"] for r in rows} == {"30 μs", "250 μs"}
     (join,) = [
         la
         for la in layers(spec)

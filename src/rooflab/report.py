@@ -384,6 +384,22 @@ def roof_geometry(
     )
 
 
+# d3's "~s" alone prints 0.01 s as "10m", which reads as minutes: time axes and tooltips carry
+# the unit with its prefix ("10ms", "10 ms")
+SECONDS_AXIS = {"format": "~s", "labelExpr": "datum.label && datum.label + 's'"}
+
+
+def with_time_text(frame: pd.DataFrame, *fields: str) -> pd.DataFrame:
+    """`<field>_text` for each time field (seconds) the frame has, printed with its unit."""
+    return frame.assign(
+        **{
+            f"{f}_text": [format_quantity(v, "time", 3) for v in frame[f]]
+            for f in fields
+            if f in frame
+        }
+    )
+
+
 def _bytes_label(n: float) -> str:
     for factor, prefix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if n >= factor:
@@ -502,7 +518,9 @@ def roofline_chart(
             )
             .encode(x=alt.X("x:Q", scale=x_scale), y=alt.Y("y:Q", scale=y_scale), text="ceiling:N")
         )
-    pts = points.assign(x=points.intensity, y=points.achieved_flops_per_s)
+    pts = with_time_text(points, "median_s").assign(
+        x=points.intensity, y=points.achieved_flops_per_s
+    )
     point_layer = (
         alt.Chart(pts)
         .mark_point(size=60, filled=True, opacity=0.8)
@@ -517,7 +535,7 @@ def roofline_chart(
                 alt.Tooltip("m:Q", title="M"),
                 alt.Tooltip("n:Q", title="N"),
                 alt.Tooltip("k:Q", title="K"),
-                alt.Tooltip("median_s:Q", title="median time (s)", format=".3~s"),
+                alt.Tooltip("median_s_text:N", title="median time"),
                 alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".1%"),
                 alt.Tooltip(
                     "clock_min_mhz:Q", title="clock min during samples (MHz)", format=".0f"
@@ -640,13 +658,13 @@ def _m_x(data: pd.DataFrame):
 def reuse_time_chart(data: pd.DataFrame, sweep: str):
     import altair as alt
 
-    base = alt.Chart(data).encode(
+    base = alt.Chart(with_time_text(data, "seconds")).encode(
         x=_m_x(data),
         y=alt.Y(
             "seconds:Q",
             scale=alt.Scale(type="log"),
             title="Time (s)",
-            axis=alt.Axis(format="~s"),
+            axis=alt.Axis(**SECONDS_AXIS),
         ),
         color=alt.Color("series:N", title="configuration"),
         tooltip=[
@@ -655,7 +673,7 @@ def reuse_time_chart(data: pd.DataFrame, sweep: str):
             alt.Tooltip("m:Q", title="M"),
             alt.Tooltip("quantity:N", title="quantity"),
             alt.Tooltip("source:N", title="source"),
-            alt.Tooltip("seconds:Q", title="time (s)", format=".3~s"),
+            alt.Tooltip("seconds_text:N", title="time"),
         ],
     )
     # the points are their own layer: on a line mark with points, Vega-Lite draws the dash
@@ -723,16 +741,22 @@ def distribution_chart(quantiles: pd.DataFrame):
     tooltip = [
         alt.Tooltip("label:N", title="configuration"),
         alt.Tooltip("n:Q", title="samples"),
-        alt.Tooltip("min_s:Q", title="min (s)", format=".3~s"),
-        alt.Tooltip("p25_s:Q", title="p25 (s)", format=".3~s"),
-        alt.Tooltip("median_s:Q", title="median (s)", format=".3~s"),
-        alt.Tooltip("p75_s:Q", title="p75 (s)", format=".3~s"),
-        alt.Tooltip("max_s:Q", title="max (s)", format=".3~s"),
+        alt.Tooltip("min_s_text:N", title="min"),
+        alt.Tooltip("p25_s_text:N", title="p25"),
+        alt.Tooltip("median_s_text:N", title="median"),
+        alt.Tooltip("p75_s_text:N", title="p75"),
+        alt.Tooltip("max_s_text:N", title="max"),
         alt.Tooltip("spread:N", title="spread"),
     ]
-    base = alt.Chart(quantiles).encode(y=y, color=color, tooltip=tooltip)
+    times = with_time_text(quantiles, "min_s", "p25_s", "median_s", "p75_s", "max_s")
+    base = alt.Chart(times).encode(y=y, color=color, tooltip=tooltip)
     whisker = base.mark_rule().encode(
-        x=alt.X("min_s:Q", scale=x_scale, title="Time per call (s)", axis=alt.Axis(format="~s")),
+        x=alt.X(
+            "min_s:Q",
+            scale=x_scale,
+            title="Time per call (s)",
+            axis=alt.Axis(**SECONDS_AXIS),
+        ),
         x2="max_s:Q",
     )
     box = base.mark_bar(size=10).encode(x=alt.X("p25_s:Q", scale=x_scale), x2="p75_s:Q")
@@ -793,7 +817,7 @@ def change_chart(change: pd.DataFrame):
         )
     )
     dots = (
-        alt.Chart(change)
+        alt.Chart(with_time_text(change, "previous_s", "latest_s"))
         .mark_point(filled=True, size=60)
         .encode(
             y=y,
@@ -808,8 +832,8 @@ def change_chart(change: pd.DataFrame):
             ),
             tooltip=[
                 alt.Tooltip("label:N", title="configuration"),
-                alt.Tooltip("previous_s:Q", title="previous median (s)", format=".3~s"),
-                alt.Tooltip("latest_s:Q", title="latest median (s)", format=".3~s"),
+                alt.Tooltip("previous_s_text:N", title="previous median"),
+                alt.Tooltip("latest_s_text:N", title="latest median"),
                 alt.Tooltip("rel_change:Q", title="change", format="+.1%"),
                 alt.Tooltip("noise_hi:Q", title="noise band (±)", format=".1%"),
                 alt.Tooltip("previous_run:N", title="previous run"),

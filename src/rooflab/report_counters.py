@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.report import roof_geometry
+from rooflab.report import roof_geometry, with_time_text
 from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
     ]
 
     pts = pts.assign(x=pts.intensity, y=pts.achieved_flops_per_s)
+    pts = with_time_text(pts, "median_s")
     joins = (
         alt.Chart(pts)
         .mark_line(color="#888", strokeWidth=1)
@@ -146,7 +147,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         alt.Tooltip("limiter:N", title="limiter"),
         alt.Tooltip("limiting_level:N", title="tightest memory level"),
         alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
-        alt.Tooltip("median_s:Q", title="median time (s)", format=".4~s"),
+        alt.Tooltip("median_s_text:N", title="median time"),
         alt.Tooltip("pairing:N", title="pairing"),
         alt.Tooltip("q_source:N", title="bytes from"),
     ]
