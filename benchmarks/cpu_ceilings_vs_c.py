@@ -113,7 +113,7 @@ def main() -> int:
         f"clock {conditions['cpu_ghz_measured']:.2f} GHz (measured), "
         f"load {conditions['load_avg_1m']:.2f}"
     )
-    print(f"{'ceiling':<10} {'rooflab':>14} {'C reference':>14} {'ratio':>7} {'target':>7}")
+    print(f"{'ceiling':<10} {'rooflab':>17} {'C reference':>17} {'ratio':>7} {'target':>7}")
     missed = []
     for name, target in TARGETS.items():
         unit = "GB/s" if name in ("L1", "L2", "L3", "DRAM") else "GFLOP/s"
@@ -122,8 +122,8 @@ def main() -> int:
         if ratio < target:
             missed.append(name)
         print(
-            f"{name:<10} {best_ours[name] / 1e9:>9.1f} {unit:<4} "
-            f"{best_theirs[name] / 1e9:>9.1f} {unit:<4} {ratio:>7.3f} {target:>7.2f} {verdict}"
+            f"{name:<10} {best_ours[name] / 1e9:>9.1f} {unit:<7} "
+            f"{best_theirs[name] / 1e9:>9.1f} {unit:<7} {ratio:>7.3f} {target:>7.2f} {verdict}"
         )
     return 1 if missed else 0
 
