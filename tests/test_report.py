@@ -485,6 +485,25 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
         for row in datasets
         if "datasheet" in str(row.get("ceiling")) and "library" in row
     )
+    # on the measured chart's axes: the datasheet HBM roof rises from the left edge to the
+    # datasheet bf16 roof, which runs across the whole chart
+    hbm = [r for r in datasets if r.get("ceiling") == "HBM 4.8 TB/s (datasheet)"]
+    bf16 = [r for r in datasets if str(r.get("ceiling")).startswith("bf16 989.4") and "kind" in r]
+    measured = [r["x"] for r in datasets if "kind" in r and "datasheet" not in r["ceiling"]]
+    lo, hi = min(measured), max(measured)
+    assert [r["x"] for r in hbm] == [lo, pytest.approx(989.4e12 / 4.8e12, rel=1e-3)]
+    assert all(r["y"] == pytest.approx(4.8e12 * r["x"]) for r in hbm)
+    assert [r["x"] for r in bf16] == [lo, hi]
+
+
+def test_a_given_axis_keeps_every_roof_on_it():
+    from rooflab.report import roof_geometry
+
+    # ridges at 0.5 and 250 FLOP/B, outside an axis of [1, 100]
+    roofs = roof_geometry({"a": 1e12, "b": 5e14}, {"HBM": 2e12}, [], axis=(1.0, 100.0))
+    assert (roofs.lo, roofs.hi) == (1.0, 100.0)
+    assert roofs.bandwidth == {"HBM": (1.0, 100.0)}
+    assert roofs.compute == {"a": (1.0, 100.0), "b": (100.0, 100.0)}
 
 
 # -- a store with hundreds of runs and a second machine ------------------------------------------

@@ -366,21 +366,30 @@ class RoofGeometry:
 
 
 def roof_geometry(
-    peaks: dict[str, float], bandwidths: dict[str, float], intensities: list[float]
+    peaks: dict[str, float],
+    bandwidths: dict[str, float],
+    intensities: list[float],
+    axis: tuple[float, float] | None = None,
 ) -> RoofGeometry:
-    """The x axis spans every point and every ridge with a 4x margin (and always 1 FLOP/B); each
-    bandwidth roof rises from the left edge to where it meets the highest compute roof; each
-    compute roof runs flat from where it meets the fastest level to the right edge."""
-    ridges = [p / b for p in peaks.values() for b in bandwidths.values()]
-    xs = [*intensities, *ridges, 1.0]
-    lo, hi = min(xs) / 4, max(xs) * 4
+    """The x axis (unless given) spans every point and every ridge with a 4x margin (and always
+    1 FLOP/B); each bandwidth roof rises from the left edge to where it meets the highest compute
+    roof; each compute roof runs flat from where it meets the fastest level to the right edge."""
+    if axis is None:
+        ridges = [p / b for p in peaks.values() for b in bandwidths.values()]
+        xs = [*intensities, *ridges, 1.0]
+        axis = min(xs) / 4, max(xs) * 4
+    lo, hi = axis
+
+    def on_axis(x: float) -> float:  # a given axis may not reach every ridge
+        return min(max(x, lo), hi)
+
     top = max(peaks.values(), default=None)
     fastest = max(bandwidths.values(), default=None)
     return RoofGeometry(
         lo,
         hi,
-        {level: (lo, min(top / bw, hi) if top else hi) for level, bw in bandwidths.items()},
-        {path: (max(peak / fastest, lo) if fastest else lo, hi) for path, peak in peaks.items()},
+        {level: (lo, on_axis(top / bw) if top else hi) for level, bw in bandwidths.items()},
+        {path: (on_axis(peak / fastest) if fastest else lo, hi) for path, peak in peaks.items()},
     )
 
 
@@ -468,7 +477,9 @@ def roofline_chart(
     if datasheet is not None:
         dtypes = {path_for_dtype(d) for d in points.get("dtype", [])}
         drawn = {p: v for p, v in datasheet.peak_flops_per_s.items() if p in dtypes}
+        sheet = roof_geometry(drawn, datasheet.bandwidth_b_per_s, [], axis=(lo, hi))
         for path, peak in drawn.items():
+            # across the whole chart, labelled at the left, away from the measured labels
             text = f"{path} {format_quantity(peak, 'flop_rate', 4)} (datasheet {datasheet.name})"
             lines += [
                 {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
@@ -477,10 +488,9 @@ def roofline_chart(
             labels.append({"ceiling": text, "x": lo * 1.1, "y": peak, "align": "left", "dy": -7})
         for level, bw in datasheet.bandwidth_b_per_s.items():
             text = f"{level} {format_quantity(bw, 'byte_rate', 4)} (datasheet)"
-            end = min(hi, max(drawn.values()) / bw) if drawn else hi
             lines += [
                 {"ceiling": text, "kind": "bandwidth", "library": True, "x": x, "y": bw * x}
-                for x in (lo, end)
+                for x in sheet.bandwidth[level]
             ]
     lines_df = pd.DataFrame(lines, columns=["ceiling", "kind", "library", "x", "y"])
     labels_df = pd.DataFrame(labels, columns=["ceiling", "x", "y", "align", "dy"])
