@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import json
 import re
 import shutil
 import statistics
@@ -282,6 +283,57 @@ def test_summary_shows_the_spread_of_the_samples_and_rounds_behind_each_ceiling(
     assert "rounds" not in dram
 
 
+def test_summary_prints_each_ceiling_and_the_ridge_points_from_the_store(built, store):
+    page = built.index.read_text()
+    ceilings = query(store, "SELECT kind, name, value FROM latest_ceilings").to_pylist()
+    assert ceilings
+    for c in ceilings:
+        unit = "GB/s" if c["kind"] == "bandwidth" else "GFLOP/s"
+        cell = f"<tr><td>{c['name']}</td><td class='num'>{c['value'] / 1e9:.4g} {unit}</td>"
+        assert cell in page, cell
+    (dram,) = [c["value"] for c in ceilings if c["name"] == "DRAM"]
+    ridges = re.search(r"<p>Ridge points against DRAM \(([\d.]+) GB/s\): (.*?)\.</p>", page)
+    assert ridges and ridges.group(1) == f"{dram / 1e9:.4g}"
+    expected = [f"{c['name']} {c['value'] / dram:.3g} FLOP/byte" for c in ceilings]
+    assert sorted(ridges.group(2).split(", ")) == sorted(
+        e for e, c in zip(expected, ceilings, strict=True) if c["kind"] == "compute"
+    )
+
+
+def test_ceiling_sweep_marks_each_cache_level_this_process_can_fill(built, store):
+    from rooflab.machine import cache_bytes_by_level
+
+    (machine,) = query(
+        store, "SELECT arg_max(machine, started_at) AS m FROM runs WHERE kind = 'ceilings'"
+    ).column("m")
+    by_level = cache_bytes_by_level(json.loads(machine.as_py()))
+    spec = built.specs["ceiling_sweep"]
+    rules = [r for rows in spec["datasets"].values() for r in rows if set(r) == {"x", "label"}]
+    assert rules and {r["label"].split()[0]: r["x"] for r in rules} == by_level
+
+
+def test_cache_capacities_count_the_data_cache_instances_this_process_touches():
+    from rooflab.report import _cache_capacities
+
+    def cache(level, kind, size, usable):
+        return {"level": level, "type": kind, "size_bytes": size, "instances": 8,
+                "usable_instances": usable}  # fmt: skip
+
+    caches = [
+        cache(1, "Data", 32 * 1024, 2),
+        cache(1, "Instruction", 32 * 1024, 2),  # holds no data
+        cache(2, "Unified", 2**20, 2),
+        cache(3, "Unified", 32 * 2**20, 0),  # none of its instances is this process's
+    ]
+    assert _cache_capacities(json.dumps({"caches": caches})) == [
+        {"x": 64 * 1024, "label": "L1 64 KiB"},
+        {"x": 2 * 2**20, "label": "L2 2 MiB"},
+    ]
+    unread = {"caches": [], "unavailable": {"caches": "no /sys/devices/system/cpu"}}
+    assert _cache_capacities(json.dumps(unread)) == []
+    assert _cache_capacities(None) == []
+
+
 def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, store):
     """The store's counters run is real (`rooflab measure counters`: perf on this CPU). Where perf
     counted nothing (these development machines: no PMU), the summary says so with perf's reason
@@ -392,6 +444,29 @@ def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
     title = spec["title"]
     assert f"critical path {expected.critical_path_s * 1e6:,.1f} μs" in title["subtitle"]
     assert f"aggregate {expected.aggregate_s * 1e6:,.1f} μs" in title["subtitle"]
+    bars_rows = spec["datasets"][bars["data"]["name"]]
+    assert [(r["stage"], r["start_us"], r["finish_us"], r["bound_us"]) for r in bars_rows] == [
+        (s.name, pytest.approx(s.start_s * 1e6), pytest.approx(s.finish_s * 1e6),
+         pytest.approx(s.bound.bound_s * 1e6))
+        for s in expected.stages
+    ]  # fmt: skip
+
+
+def test_stage_bounds_need_the_scenarios_path_and_level_on_the_machine():
+    import pandas as pd
+
+    from rooflab.report import stage_bounds_frame
+
+    ceilings = pd.DataFrame(
+        [
+            {"kind": "compute", "name": "fp64_fma", "value": 1e11},
+            {"kind": "bandwidth", "name": "DRAM", "value": 3e10},
+        ]
+    )
+    scenario = ARTICLE_STAGES["two"]
+    assert len(stage_bounds_frame(scenario, ceilings)) == 2
+    assert stage_bounds_frame({**scenario, "compute_path": "bf16_tensor"}, ceilings) is None
+    assert stage_bounds_frame({**scenario, "memory_level": "HBM"}, ceilings) is None
 
 
 def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():

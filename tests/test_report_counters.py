@@ -210,3 +210,55 @@ def test_charts_render_in_vega():
         assert label in svg
     svg = vl_convert.vegalite_to_svg(model_vs_counted_chart(model_rows()).to_json())
     assert "model over-counts" in svg and "Bytes (B)" in svg
+
+
+def counters_state(*rows: tuple) -> pd.DataFrame:
+    """Rows as the report's counters-state query gives them: what, sweep, status, reason, n."""
+    frame = pd.DataFrame(rows, columns=["what", "sweep", "status", "reason", "n"])
+    return frame.assign(tool="ncu")
+
+
+def test_counters_summary_names_replays_that_give_no_point_and_why():
+    from rooflab.report import counters_summary_html
+
+    state = counters_state(
+        ("status", "main", "ok", None, 4),
+        ("calibration", "main", "trusted", None, 1),
+        ("calibration", "main", "unpaired", "no cold timing of m64 in run r1", 1),
+        ("calibration", "main", "untrusted", "bf16_tensor counted 0.5x 2MNK", 2),
+    )
+    lines = counters_summary_html(state, pd.DataFrame()).split("\n")
+    assert lines == [
+        "<p class='counters warning'>Hardware counters: 2 replay(s) failed calibration, no point "
+        "from them: bf16_tensor counted 0.5x 2MNK.</p>",
+        "<p class='counters warning'>Hardware counters: 1 replay(s) not paired, no point from "
+        "them: no cold timing of m64 in run r1.</p>",
+        "<p class='counters'>Hardware counters collected, but none reached a point; points use "
+        "model bytes (<code>q_source = model</code>).</p>",
+    ]
+    # with points, the summary counts their configurations and limiting levels instead
+    with_points = counters_summary_html(state, points())
+    assert "collected, but none" not in with_points
+    assert "<b>2</b> configuration(s) with hierarchical points" in with_points
+
+
+def test_counters_summary_scopes_an_unavailable_tool_to_its_sweeps():
+    from rooflab.report import counters_summary_html
+
+    alone = counters_summary_html(
+        counters_state(("status", "main", "unavailable", "ERR_NVGPUCTRPERM", 1)), pd.DataFrame()
+    )
+    assert alone == (
+        "<p class='counters'><b>Hardware counters: unavailable</b> — ERR_NVGPUCTRPERM; points "
+        "use model bytes (<code>q_source = model</code>).</p>"
+    )
+    mixed = counters_summary_html(
+        counters_state(
+            ("status", "main", "ok", None, 3),
+            ("status", "tails", "unavailable", "ncu not found", 1),
+        ),
+        pd.DataFrame(),
+    )
+    assert "<b>Hardware counters: unavailable</b> for sweep(s) tails — ncu not found;" in mixed
+    assert "collected, but none" not in mixed  # the unavailable line already says model bytes
+    assert counters_summary_html(counters_state(), pd.DataFrame()) == ""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rooflab.devices import DevicePreset, matching_preset, path_for_dtype
+from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
 from rooflab.roofline import MEMORY_LEVELS
 from rooflab.store import StoreError, connect_read_only
 from rooflab.units import format_quantity
@@ -572,19 +573,17 @@ def roofline_chart(
 
 
 def _cache_capacities(machine_json) -> list[dict]:
-    """Total data-cache capacity per level (size x usable instances) from runs.machine."""
+    """The data-cache capacity this process can fill per level, from runs.machine; none where
+    the identity lists no caches (the ceiling sweep is then drawn without them)."""
     try:
-        caches = json.loads(machine_json or "{}").get("caches", [])
-    except (TypeError, ValueError):
+        by_level = cache_bytes_by_level(json.loads(machine_json or "{}"))
+    except (CacheInfoUnavailable, KeyError, TypeError, ValueError):
         return []
-    out = []
-    for cache in caches:
-        if cache.get("type") not in ("Data", "Unified"):
-            continue
-        instances = cache.get("usable_instances") or cache.get("instances") or 1
-        size = cache["size_bytes"] * instances
-        out.append({"x": size, "label": f"L{cache['level']} {_bytes_label(size)}"})
-    return out
+    return [
+        {"x": size, "label": f"{level} {_bytes_label(size)}"}
+        for level, size in by_level.items()
+        if size > 0  # a level none of whose instances this process touches
+    ]
 
 
 def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[dict]):
