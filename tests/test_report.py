@@ -233,8 +233,20 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
     assert line["mark"]["type"] == "line" and points["mark"]["type"] == "point"
     assert line["encoding"]["y"]["scale"]["type"] == "log"
     assert line["encoding"]["strokeDash"]["field"] == "source"
-    sources = {row["source"] for rows in reuse["datasets"].values() for row in rows}
+    reuse_rows = [row for rows in reuse["datasets"].values() for row in rows]
+    sources = {row["source"] for row in reuse_rows}
     assert sources == {"measured median", "model lower bound"}
+    # each row's time is the whole GEMM's over M: the weights' cost spread over the rows
+    whole = {
+        (r["series"], r["cache_state"], r["m"], r["source"]): r["seconds"]
+        for r in reuse_rows
+        if r["quantity"] == "whole GEMM"
+    }
+    per_row = [r for r in reuse_rows if r["quantity"] == "per row (time / M)"]
+    assert len(per_row) == len(whole) == 24  # 2 dtypes x 3 M x 2 cache states x 2 sources
+    for r in per_row:
+        key = (r["series"], r["cache_state"], r["m"], r["source"])
+        assert r["seconds"] == pytest.approx(whole[key] / r["m"])
     dist = built.specs["distributions"]
     fields = {enc["field"] for enc in _channel(dist, "x")} | {
         layer["encoding"]["x2"]["field"] for layer in _layers(dist) if "x2" in layer["encoding"]
