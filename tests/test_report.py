@@ -382,6 +382,21 @@ def test_empty_store_gives_a_page_saying_so(tmp_path):
     assert "nothing to report" in report.index.read_text()
 
 
+def test_a_store_of_ceilings_only_gets_its_roofs_and_sweep(quick_ceilings_run, tmp_path):
+    """The first thing a user measures: the Roofline is drawn with its roofs and no point."""
+    _, ceilings_run = quick_ceilings_run
+    results = tmp_path / "results"
+    shutil.copytree(ceilings_run, results / "ceilings" / "runs" / ceilings_run.name)
+    ingest(results / "rooflab.duckdb", results)
+    report = build_report(results / "rooflab.duckdb", tmp_path / "report")
+    assert report.charts[:2] == ["roofline", "ceiling_sweep"]
+    assert not [name for name in report.charts if name.startswith("reuse_")]
+    rows = [row for rows in report.specs["roofline"]["datasets"].values() for row in rows]
+    assert {row["kind"] for row in rows if "kind" in row} == {"bandwidth", "compute"}
+    assert not [row for row in rows if "achieved_flops_per_s" in row]
+    assert "No Roofline points on this machine yet." in report.index.read_text()
+
+
 def test_cli_report_and_a_missing_store(store, tmp_path, capsys):
     assert main(["report", "--db", str(store), "--out", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "index.html").is_file()
