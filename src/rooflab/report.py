@@ -396,7 +396,11 @@ def roof_geometry(
 
 # d3's "~s" alone prints 0.01 s as "10m", which reads as minutes: time axes and tooltips carry
 # the unit with its prefix ("10ms", "10 ms")
-SECONDS_AXIS = {"format": "~s", "labelExpr": "datum.label && datum.label + 's'"}
+SECONDS_AXIS = {
+    "format": "~s",
+    "labelExpr": "datum.label && datum.label + 's'",
+    "labelOverlap": "greedy",  # the unit makes labels wider: "10µs" and "20µs" no longer touch
+}
 
 
 def with_time_text(frame: pd.DataFrame, *fields: str) -> pd.DataFrame:
