@@ -73,11 +73,16 @@ def _runs_row(run_id: str, kind: str, started: datetime, sweep: str | None = Non
 
 
 def write_campaign(
-    results: Path, *, counted_factor: float = 1.002, machine_id: str = MACHINE_ID
+    results: Path,
+    *,
+    counted_factor: float = 1.002,
+    machine_id: str = MACHINE_ID,
+    l1_factor: float = 1.0,
 ) -> dict[str, Path]:
     """Ceilings, a timing run and a counters run under `results` (run folders, as the workflow
     keeps them). `counted_factor`: counted tensor FLOPs over 2MNK (1.002: trusted; 0.5: not).
-    `machine_id`: the machine the counters run says it ran on."""
+    `machine_id`: the machine the counters run says it ran on. `l1_factor` scales the counted L1
+    bytes."""
     ceilings_id, gemm_id, counters_id = (
         "20260601T000000Z-c0000000",
         "20260601T010000Z-g0000000",
@@ -135,7 +140,12 @@ def write_campaign(
         expected = 2 * m * N * K
         for control, state in (("all", "cold"), ("none", "warm")):
             hbm, l2, l1 = BYTES[(m, control)]
-            values = {DRAM_READ: hbm * 0.8, DRAM_WRITE: hbm * 0.2, L2_BYTES: l2, L1_BYTES: l1}
+            values = {
+                DRAM_READ: hbm * 0.8,
+                DRAM_WRITE: hbm * 0.2,
+                L2_BYTES: l2,
+                L1_BYTES: l1 * l1_factor,
+            }
             values[BF16_OPS] = expected * counted_factor
             common = {"run_id": counters_id, "config_id": config_id(m), **settings}
             common |= {"cache_control": control, "clock_control": "none", "replay_mode": "kernel"}

@@ -3,7 +3,9 @@ and the pairing, calibration and fail-closed rules with constructed inputs (our 
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import math
 import shutil
@@ -21,6 +23,7 @@ from rooflab.counters import (
     PairingError,
     Unavailable,
     UntrustedCounts,
+    bypassed_levels,
     bytes_by_level,
     calibrate,
     counter_rows,
@@ -55,6 +58,7 @@ from rooflab.counters.ncu import (
     DURATION,
     L1_BYTES,
     L2_BYTES,
+    REPLAY_PASSES,
     CounterParseError,
     NcuCommand,
     NcuResult,
@@ -523,9 +527,18 @@ def test_recorded_gemm_profiles(csv_path):
         assert isinstance(result, Unavailable) and result.reason == meta["problem"]
         return
     assert isinstance(result, NcuResult), result
-    assert list(result.passes) == meta["replay_passes"]
-    rows = parse_ncu_csv(text)
-    assert rows and {r.metric for r in rows} == set(meta["settings"]["metrics"])
+    # ncu 2025 prints no progress lines into a log file, but a raw-page column per kernel: read
+    # here with the csv module alone (from the header on: units, then kernels)
+    table = list(csv.DictReader(io.StringIO(text[text.index('"ID",') :])))[1:]
+    assert len(table) == meta["kernels"]
+    assert list(result.passes) == [int(row[REPLAY_PASSES]) for row in table]
+    assert all(passes >= 1 for passes in result.passes)
+    # only what was asked for (and the passes) is kept: the raw page holds every device
+    # attribute besides
+    asked = set(meta["settings"]["metrics"])
+    assert {r.metric for r in result.rows} == asked | {REPLAY_PASSES}
+    assert len(parse_ncu_csv(text)) > len(result.rows)
+    rows = [r for r in result.rows if r.metric != REPLAY_PASSES]
     totals = sum_over_kernels(rows)
     for metric in (DRAM_READ, DRAM_WRITE, L2_BYTES, L1_BYTES):
         per_kernel = [r.value for r in rows if r.metric == metric]
@@ -799,13 +812,31 @@ def test_hierarchical_points_refuse_counted_bytes_that_are_not_a_count(bad):
 
 
 def test_zero_counted_bytes_at_a_level_give_no_memory_bound_there():
-    # zero is a count (a level the kernel's traffic did not cross), not a missing counter
+    # zero is a count (warm operands that never left the L2), not a missing counter
     rows = hierarchical_points(
-        cold_pairing(), trusted(), {"HBM": 3.4e7, "L2": 0.0}, CEILINGS, "bf16_tensor"
+        cold_pairing(), trusted(), {"HBM": 0.0, "L2": 2e8}, CEILINGS, "bf16_tensor"
     )
-    l2 = next(r for r in rows if r["level"] == "L2")
-    assert l2["intensity"] == math.inf and l2["attainable_flops_per_s"] == 7e14
-    assert {r["limiting_level"] for r in rows} == {"HBM"}
+    hbm = next(r for r in rows if r["level"] == "HBM")
+    assert hbm["intensity"] == math.inf and hbm["attainable_flops_per_s"] == 7e14
+    assert {r["limiting_level"] for r in rows} == {"L2"}
+
+
+def test_a_level_counting_fewer_bytes_than_the_one_outside_it_gets_no_point():
+    # as recorded on an H200 (tests/fixtures/ncu/gemm/bf16_m4096_n4096_k4096_cache-all): cuBLAS
+    # loads through TMA, so l1tex__t_bytes saw 12,160 B against 1.0 GB at L2
+    levels = {"HBM": 1.767e8, "L2": 1.017e9, "L1": 12_160.0}
+    assert set(bypassed_levels(levels)) == {"L1"}
+    assert "12160 B counted, under 0.5 x the 1.017e+09 B at L2" in bypassed_levels(levels)["L1"]
+    rows = hierarchical_points(cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor")
+    assert [r["level"] for r in rows] == ["HBM", "L2"]
+    # L1 at zero: no point either; L2 below HBM: the same rule one level out
+    assert set(bypassed_levels({"HBM": 3.4e7, "L2": 6.4e7, "L1": 0.0})) == {"L1"}
+    assert set(bypassed_levels({"HBM": 3.4e7, "L2": 0.0})) == {"L2"}
+    # equal counts, more inside, or a little less (the H200's SIMT SGEMM, fp32 2048^3: 0.99 x
+    # its L2 bytes at L1): every level kept
+    assert bypassed_levels({"HBM": 3.4e7, "L2": 3.4e7, "L1": 5e8}) == {}
+    assert bypassed_levels({"HBM": 3.614e7, "L2": 4.23e8, "L1": 4.194e8}) == {}
+    assert set(bypassed_levels({"HBM": 3.614e7, "L2": 4.23e8, "L1": 2.1e8})) == {"L1"}
 
 
 # -- model vs counted bytes ------------------------------------------------------------------------

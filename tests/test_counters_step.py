@@ -402,6 +402,14 @@ def test_trusted_paired_counts_give_one_point_per_level(tmp_path):
     assert {p["limiting_level"] for p in cold64.values()} == {"L1"}
 
 
+def test_an_l1_that_counted_less_than_the_l2_gets_no_point_and_a_note(tmp_path):
+    # as cuBLAS on an H200 (TMA loads): L1 bytes a small fraction of L2's
+    points, notes = _constructed(tmp_path, l1_factor=1e-5)
+    assert points and {p["level"] for p in points} == {"HBM", "L2"}
+    assert len(notes) == 4 and all(note.endswith("; no L1 point") for note in notes)
+    assert any(constructed.config_id(64) in note and "at L2" in note for note in notes)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [

@@ -4,6 +4,7 @@ import math
 import signal
 import subprocess
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import yaml
 from rooflab.backends.base import BackendError
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import validate_config
+from rooflab.experiments import timing
 from rooflab.experiments.gemm import (
     MEMORY_HEADROOM,
     GemmTooLarge,
@@ -19,7 +21,12 @@ from rooflab.experiments.gemm import (
     run_gemm_sweep,
     sweep_configs,
 )
-from rooflab.experiments.timing import TimingSettings, measure, summarize
+from rooflab.experiments.timing import (
+    TimingSettings,
+    fastest_window_median,
+    measure,
+    summarize,
+)
 from rooflab.model import gemm_ledger
 from rooflab.records import read_run
 from tests.conftest import installed_script, run_rooflab
@@ -309,6 +316,19 @@ def test_summary_is_median_and_iqr_of_every_sample():
         summarize([], 0.1)
 
 
+def test_fastest_window_median_takes_consecutive_windows_and_ignores_single_samples():
+    # a power-capped run: fast at first, then slower; one stray fast sample late on
+    seconds = [1.0, 1.1, 1.0, 1.5, 1.6, 1.5, 1.6, 0.2, 1.6, 1.7]
+    assert fastest_window_median(seconds, 3) == (1.0, 3)  # the tail sample (1.7) is left out
+    assert fastest_window_median(seconds, 5) == (1.1, 2)  # medians 1.1 and 1.6
+    assert fastest_window_median(seconds[3:], 3) == (1.5, 2)  # the 0.2 sits in a window of 1.6s
+    assert fastest_window_median([2.0], 1) == (2.0, 1)
+    with pytest.raises(ValueError, match="fewer than one window"):
+        fastest_window_median([1.0, 2.0], 3)
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        fastest_window_median([1.0], 0)
+
+
 def test_warm_up_lasts_its_time_and_its_call_floor():
     backend, calls = CpuBackend(), []
     settings = TimingSettings(
@@ -322,3 +342,16 @@ def test_warm_up_lasts_its_time_and_its_call_floor():
     few = TimingSettings(warmup_s=1e-9, warmup_min_calls=4, min_time_s=0, min_samples=3)
     measure(lambda: calls.append(1), backend, few, "warm")
     assert len(calls) == 4 + 3  # call-bound: the floor of 4, then the 3 samples
+
+
+def test_a_cooldown_idles_between_the_warm_up_and_the_first_sample(monkeypatch):
+    events = []
+    monkeypatch.setattr(timing.time, "sleep", lambda s: events.append(("idle", s)))
+    rested = TimingSettings(
+        warmup_s=0, warmup_min_calls=2, min_time_s=0, min_samples=2, max_samples=2, cooldown_s=0.2
+    )
+    measure(lambda: events.append("call"), CpuBackend(), rested, "warm")
+    assert events == ["call", "call", ("idle", 0.2), "call", "call"]
+    events.clear()
+    measure(lambda: events.append("call"), CpuBackend(), replace(rested, cooldown_s=0), "warm")
+    assert events == ["call"] * 4

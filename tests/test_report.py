@@ -598,6 +598,74 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     assert [r["x"] for r in bf16] == [lo, hi]
 
 
+def test_close_roofs_put_their_second_label_under_the_line_and_equal_datasheet_roofs_share_one():
+    import pandas as pd
+
+    from rooflab.devices import matching_preset
+    from rooflab.report import roofline_chart
+
+    # the H200's measured tensor roofs (2026-11-30): bf16 and fp16 7% apart, fp64 and fp32 9%
+    ceilings = pd.DataFrame(
+        [
+            {"kind": "compute", "name": name, "kernel": "matmul", "value": value}
+            for name, value in (
+                ("bf16_tensor", 723e12),
+                ("fp16_tensor", 677e12),
+                ("fp64_tensor", 56.9e12),
+                ("fp32_cublas", 51.3e12),
+            )
+        ]
+        + [{"kind": "bandwidth", "name": "HBM", "kernel": "read", "value": 4.47e12}]
+    )
+    points = pd.DataFrame(
+        [{"dtype": d, "intensity": 100.0, "achieved_flops_per_s": 300e12} for d in ("bf16", "fp16")]
+    )
+    spec = roofline_chart(ceilings, points, matching_preset("NVIDIA H200")).to_dict()
+    labels = {
+        row["ceiling"]: row["dy"]
+        for rows in spec["datasets"].values()
+        for row in rows
+        if "dy" in row
+    }
+    assert labels["bf16_tensor 723 TFLOP/s (library)"] == -7
+    assert labels["fp16_tensor 677 TFLOP/s (library)"] == 13
+    assert labels["fp64_tensor 56.9 TFLOP/s (library)"] == -7
+    assert labels["fp32_cublas 51.3 TFLOP/s (library)"] == 13
+    # fp16 and bf16 share the datasheet's 989.4 TFLOP/s: one roof, one label naming both
+    sheet = [c for c in labels if "datasheet NVIDIA" in c]
+    assert sheet == ["bf16, fp16 989.4 TFLOP/s (datasheet NVIDIA H200 SXM 141GB)"]
+    assert labels[sheet[0]] == -7
+
+
+def test_labels_that_would_overprint_move_the_lower_one_and_datasheet_labels_yield():
+    from rooflab.report import place_labels
+
+    axes = ((0.1, 1e4), (1e9, 1e15), (640, 480))  # 5 decades over 640 px, 6 over 480 px
+
+    def dys(*labels):
+        return {row["text"]: row["dy"] for row in place_labels(list(labels), "text", *axes)}
+
+    def label(text, x, y, align="left", **more):
+        return {"text": text, "x": x, "y": y, "align": align, **more}
+
+    # 1.1x apart (3 px) at the same x: the lower label goes under its line
+    assert dys(label("low", 1, 1.0e12), label("high", 1, 1.1e12)) == {"high": -7, "low": 13}
+    # far apart along x (the first ends near x = 6): no overlap, both above their lines
+    assert dys(label("a", 1, 1.1e12), label("b", 1000, 1.0e12)) == {"a": -7, "b": -7}
+    # right-aligned at the right edge: its box runs leftwards, onto a label ending there
+    left = label("x" * 40, 100, 1.1e12)  # 248 px: to about x = 7e3
+    assert dys(left, label("r", 1e4, 1.0e12, "right"))["r"] == 13
+    # a datasheet label yields even to a lower measured one
+    assert dys(label("sheet", 1, 1.1e12, yields=True), label("measured", 1, 1.0e12)) == {
+        "measured": -7,
+        "sheet": 13,
+    }
+    # six labels within 2 px: the four highest take the four places, the rest overlap least
+    crowd = dys(*(label(f"l{i}", 1, 1e12 * 1.01**i) for i in range(6)))
+    assert [crowd[f"l{i}"] for i in (5, 4, 3, 2)] == [-7, 13, -20, 26]
+    assert {crowd["l1"], crowd["l0"]} <= {-7, 13, -20, 26}
+
+
 def test_a_given_axis_keeps_every_roof_on_it():
     from rooflab.report import roof_geometry
 

@@ -60,6 +60,18 @@ def mark(layer: dict) -> str:
     return layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
 
 
+def test_hierarchical_chart_moves_the_label_of_a_close_lower_roof_under_its_line():
+    close = pd.concat(
+        [ceilings(), pd.DataFrame([{"kind": "bandwidth", "name": "L1", "value": 1.3e13}])]
+    )
+    spec = hierarchical_roofline_chart(points(), close).to_dict()
+    texts = [la for la in layers(spec) if mark(la) == "text"]
+    dy = {row["roof"]: la["mark"]["dy"] for la in texts for row in data_of(spec, la)}
+    # L1 13 TB/s and L2 12 TB/s: 1.08x apart, labelled at the same edge
+    assert dy["L1 13 TB/s"] == -7 and dy["L2 12 TB/s"] == 13
+    assert dy["HBM 4 TB/s"] == -7 and dy["bf16_tensor 700 TFLOP/s"] == -7
+
+
 def test_hierarchical_chart_one_point_per_level_per_configuration_joined_per_configuration():
     spec = hierarchical_roofline_chart(points(), ceilings()).to_dict()
     (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]

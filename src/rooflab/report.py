@@ -47,6 +47,7 @@ LIBRARY_PATHS = (
     "bf16_tensor",
 )
 WIDTH = 640
+ROOFLINE_SIZE = (WIDTH, 480)  # width, height (px) of the Roofline charts' plot area
 ABOVE_ROOF = 1.05  # efficiency beyond measurement noise: a roof that is too low
 
 
@@ -421,6 +422,50 @@ def _bytes_label(n: float) -> str:
     return f"{n:.0f} B"
 
 
+# Roof labels: 11 px text, about 6 px per character; each is tried above its line, then under
+# it, then further out, and keeps the first place where it overprints no label placed before it.
+LABEL_CHAR_PX, LABEL_HEIGHT_PX = 6.2, 12
+LABEL_DYS = (-7, 13, -20, 26)
+
+
+def place_labels(
+    labels: list[dict],
+    text: str,
+    x_domain: tuple[float, float],
+    y_domain: tuple[float, float],
+    size: tuple[int, int],
+) -> list[dict]:
+    """Each roof label with its `dy` (px) on a log-log chart of `size` (width, height px): its box
+    (from the text's length, left or right of x by `align`) is placed at the first of LABEL_DYS
+    where it overlaps no label placed before it, highest roofs first, so that of two close roofs
+    the lower one's label is the one that moves; where every place overlaps, the one that
+    overlaps least. Labels marked `yields` (datasheet roofs) are placed after all others."""
+    (x0, x1), (y0, y1), (width, height) = x_domain, y_domain, size
+
+    def box(label: dict, dy: int) -> tuple[float, float, float, float]:
+        x = (math.log(label["x"]) - math.log(x0)) / (math.log(x1) - math.log(x0)) * width
+        y = (math.log(y1) - math.log(label["y"])) / (math.log(y1) - math.log(y0)) * height + dy
+        length = len(str(label[text])) * LABEL_CHAR_PX
+        left = x + 4 if label["align"] == "left" else x - 4 - length
+        return left, left + length, y - LABEL_HEIGHT_PX / 2, y + LABEL_HEIGHT_PX / 2
+
+    def overlap(a: tuple, b: tuple) -> float:
+        return max(0.0, min(a[1], b[1]) - max(a[0], b[0])) * max(
+            0.0, min(a[3], b[3]) - max(a[2], b[2])
+        )
+
+    placed, out = [], []
+    for label in sorted(labels, key=lambda row: (row.get("yields", False), -row["y"])):
+        costs = [
+            (sum(overlap(box(label, dy), other) for other in placed), i)
+            for i, dy in enumerate(LABEL_DYS)
+        ]
+        dy = LABEL_DYS[min(costs)[1]]
+        placed.append(box(label, dy))
+        out.append({**label, "dy": dy})
+    return out
+
+
 def roofline_chart(
     ceilings: pd.DataFrame, points: pd.DataFrame, datasheet: DevicePreset | None = None
 ) -> alt.LayerChart:
@@ -445,7 +490,6 @@ def roofline_chart(
     lo, hi = roofs.lo, roofs.hi
 
     lines, labels = [], []
-    placed: list[float] = []  # bandwidths whose label sits above its line
     for level, bw in zip(levels, bws, strict=True):
         kernel = bandwidth.loc[level, "kernel"]
         text = f"{level} {format_quantity(bw, 'byte_rate', 4)} ({kernel})"
@@ -453,13 +497,7 @@ def roofline_chart(
             lines.append(
                 {"ceiling": text, "kind": "bandwidth", "library": False, "x": x, "y": bw * x}
             )
-        # two levels of nearly equal bandwidth: the second label goes under its line
-        crowded = any(abs(math.log(bw / other)) < math.log(1.4) for other in placed)
-        labels.append(
-            {"ceiling": text, "x": lo, "y": bw * lo, "align": "left", "dy": 13 if crowded else -7}
-        )
-        if not crowded:
-            placed.append(bw)
+        labels.append({"ceiling": text, "x": lo, "y": bw * lo, "align": "left"})
     for path, peak in zip(paths, peaks, strict=True):
         library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
         start = roofs.compute[path][0]
@@ -476,21 +514,34 @@ def roofline_chart(
                 "x": hi if not library else start * 1.1,
                 "y": peak,
                 "align": "left" if library else "right",
-                "dy": -7,
             }
         )
     if datasheet is not None:
         dtypes = {path_for_dtype(d) for d in points.get("dtype", [])}
         drawn = {p: v for p, v in datasheet.peak_flops_per_s.items() if p in dtypes}
         sheet = roof_geometry(drawn, datasheet.bandwidth_b_per_s, [], axis=(lo, hi))
+        same_peak: dict[float, list[str]] = {}  # fp16 and bf16 share one datasheet figure
         for path, peak in drawn.items():
+            same_peak.setdefault(peak, []).append(path)
+        for peak, names in same_peak.items():
             # across the whole chart, labelled at the left, away from the measured labels
-            text = f"{path} {format_quantity(peak, 'flop_rate', 4)} (datasheet {datasheet.name})"
+            text = (
+                f"{', '.join(sorted(names))} {format_quantity(peak, 'flop_rate', 4)} "
+                f"(datasheet {datasheet.name})"
+            )
             lines += [
                 {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
                 for x in (lo, hi)
             ]
-            labels.append({"ceiling": text, "x": lo * 1.1, "y": peak, "align": "left", "dy": -7})
+            labels.append(
+                {
+                    "ceiling": text,
+                    "x": lo * 1.1,
+                    "y": peak,
+                    "align": "left",
+                    "yields": True,
+                }
+            )
         for level, bw in datasheet.bandwidth_b_per_s.items():
             text = f"{level} {format_quantity(bw, 'byte_rate', 4)} (datasheet)"
             lines += [
@@ -498,16 +549,16 @@ def roofline_chart(
                 for x in sheet.bandwidth[level]
             ]
     lines_df = pd.DataFrame(lines, columns=["ceiling", "kind", "library", "x", "y"])
-    labels_df = pd.DataFrame(labels, columns=["ceiling", "x", "y", "align", "dy"])
-
-    x_scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
     y_values = [r["y"] for r in lines] + list(points.get("achieved_flops_per_s", []))
     y_values = [y for y in y_values if y > 0]
-    y_scale = alt.Scale(
-        type="log",
-        domain=[min(y_values) / 2, max(y_values) * 2] if y_values else [1e6, 1e12],
-        nice=False,
+    y_domain = (min(y_values) / 2, max(y_values) * 2) if y_values else (1e6, 1e12)
+    labels_df = pd.DataFrame(
+        place_labels(labels, "ceiling", (lo, hi), y_domain, ROOFLINE_SIZE),
+        columns=["ceiling", "x", "y", "align", "dy"],
     )
+
+    x_scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
+    y_scale = alt.Scale(type="log", domain=list(y_domain), nice=False)
     x_axis = alt.X(
         "x:Q", scale=x_scale, title="Arithmetic intensity (FLOP/byte)", axis=alt.Axis(format="~g")
     )
@@ -571,7 +622,7 @@ def roofline_chart(
     )
     return (
         alt.layer(base_lines, *text_layers, point_layer)
-        .properties(width=WIDTH, height=480)
+        .properties(width=ROOFLINE_SIZE[0], height=ROOFLINE_SIZE[1])
         .resolve_scale(x="shared", y="shared")
     )
 
@@ -1226,7 +1277,10 @@ HIERARCHICAL_HOW = (
     "the bytes counted at that level (HBM from DRAM bytes, L2 from lts bytes, L1 from l1tex "
     "bytes). Its points are joined by a line; each is read against its own level's roof (same "
     "colour), and the tightest one is the limiting level. Only counts whose FLOPs matched 2MNK "
-    "within 1% are drawn."
+    "within 1% are drawn. A level that counted under half the bytes of the level outside it "
+    "gets no point: the kernel moved its data around that counter (cuBLAS on Hopper loads "
+    "through TMA into shared memory, which l1tex bytes do not see); its count stays in the "
+    "counters table."
 )
 
 

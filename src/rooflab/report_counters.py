@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.report import roof_geometry, with_time_text
+from rooflab.report import ROOFLINE_SIZE, place_labels, roof_geometry, with_time_text
 from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
@@ -74,14 +74,15 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
             lines.append({"roof": text, "level": None, "kind": "compute", "x": x, "y": peak})
         labels.append({"roof": text, "level": None, "x": hi, "y": peak, "align": "right"})
     lines_df = pd.DataFrame(lines, columns=["roof", "level", "kind", "x", "y"])
-    labels_df = pd.DataFrame(labels, columns=["roof", "level", "x", "y", "align"])
-
     ys = [r["y"] for r in lines] + list(pts.achieved_flops_per_s)
     ys = [y for y in ys if y > 0]
-    x_scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
-    y_scale = alt.Scale(
-        type="log", domain=[min(ys) / 2, max(ys) * 2] if ys else [1e9, 1e15], nice=False
+    y_domain = (min(ys) / 2, max(ys) * 2) if ys else (1e9, 1e15)
+    labels_df = pd.DataFrame(
+        place_labels(labels, "roof", (lo, hi), y_domain, ROOFLINE_SIZE),
+        columns=["roof", "level", "x", "y", "align", "dy"],
     )
+    x_scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
+    y_scale = alt.Scale(type="log", domain=list(y_domain), nice=False)
     colour = alt.Scale(domain=levels, range=_colours(levels))
     x = alt.X(
         "x:Q", scale=x_scale, title="Arithmetic intensity (FLOP/byte)", axis=alt.Axis(format="~g")
@@ -110,14 +111,16 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
     )
     text_layers = [
         alt.Chart(group)
-        .mark_text(fontSize=11, color="#333", align=align, dy=-7, dx=4 if align == "left" else -4)
+        .mark_text(
+            fontSize=11, color="#333", align=align, dy=int(dy), dx=4 if align == "left" else -4
+        )
         .encode(
             x=alt.X("x:Q", scale=x_scale),
             y=alt.Y("y:Q", scale=y_scale),
             text="roof:N",
             tooltip=roof_tooltip,
         )
-        for align, group in labels_df.groupby("align")
+        for (align, dy), group in labels_df.groupby(["align", "dy"])
     ]
 
     pts = pts.assign(x=pts.intensity, y=pts.achieved_flops_per_s)
@@ -167,7 +170,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
     )
     return (
         alt.layer(bandwidth_roofs, compute_roofs, *text_layers, joins, point_layer)
-        .properties(width=WIDTH, height=480)
+        .properties(width=ROOFLINE_SIZE[0], height=ROOFLINE_SIZE[1])
         .resolve_scale(x="shared", y="shared")
     )
 

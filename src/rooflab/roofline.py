@@ -29,6 +29,7 @@ from rooflab.counters.ncu import bytes_by_level
 from rooflab.counters.points import (
     PairingError,
     UntrustedCounts,
+    bypassed_levels,
     calibrate,
     hierarchical_points,
     pair,
@@ -217,10 +218,11 @@ def counter_points(
                 paired = pair(
                     {**record, "machine_id": run["machine_id"]}, timings[cal["timing_run_id"]]
                 )
+                levels = bytes_by_level(totals.get(key, {}))
                 rows = hierarchical_points(
                     paired,
                     checked,
-                    bytes_by_level(totals.get(key, {})),
+                    levels,
                     {**machine["bandwidth"], **machine["peak"]},
                     cal["compute_path"],
                     counters_run_id=run["run_id"],
@@ -229,6 +231,8 @@ def counter_points(
             except (PairingError, UntrustedCounts, ValueError) as error:
                 notes.append(f"{what}: {error}")
                 continue
+            counted = {lv: q for lv, q in levels.items() if q is not None}
+            notes += [f"{what}: {why}" for why in bypassed_levels(counted).values()]
             points += [{**row, "ceilings_run_id": machine["run_id"]} for row in rows]
     return points, notes
 

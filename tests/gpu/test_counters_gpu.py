@@ -74,6 +74,10 @@ def test_bf16_tensor_count_matches_2mnk_within_one_percent(cuda, tmp_path):
         }
     }
     points, notes = counter_points([counters_dir], [timing_dir], ceilings)
-    assert notes == [] and {p["level"] for p in points} == {"HBM", "L2", "L1"}
+    # cuBLAS on Hopper (sm_90) loads its operands through TMA into shared memory, around
+    # l1tex__t_bytes (an H200 counted 1984 B at L1 against 483 MB at L2): no L1 point, one note
+    bypassed = [n for n in notes if n.endswith("; no L1 point")]
+    assert notes == bypassed and len(bypassed) <= 1
+    assert {p["level"] for p in points} == {"HBM", "L2"} | (set() if bypassed else {"L1"})
     assert {p["q_source"] for p in points} == {"counters"}
     assert {p["limiting_level"] for p in points} == {"HBM"}  # the only level with a ceiling

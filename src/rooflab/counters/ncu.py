@@ -21,7 +21,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -392,11 +392,13 @@ def _number(raw: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parse_ncu_csv(text: str) -> list[KernelMetric]:
+def parse_ncu_csv(text: str, metrics: Collection[str] | None = None) -> list[KernelMetric]:
     """Rows of `ncu --csv --page raw --print-units base`: a header ("ID", "Process ID", ...,
     "Kernel Name", ..., then one column per metric), a row of units, one row per kernel launch.
     Lines ncu adds (`==PROF==`, `==WARNING==`, ...) are skipped; anything else that does not fit
-    the header is an error. No header: no kernel was profiled (an empty list)."""
+    the header is an error. No header: no kernel was profiled (an empty list). `metrics`: keep
+    only these columns (ncu 2025's raw page adds every device attribute and profiler metric to
+    the ones asked for)."""
     lines = text.splitlines()
     start = next(
         (i for i, line in enumerate(lines) if line.startswith('"ID",') and "Kernel Name" in line),
@@ -410,7 +412,9 @@ def parse_ncu_csv(text: str) -> list[KernelMetric]:
     if "Kernel Name" not in header:
         raise CounterParseError("header without a 'Kernel Name' column")
     name_col = header.index("Kernel Name")
-    metric_cols = [i for i, name in enumerate(header) if "__" in name]
+    metric_cols = [
+        i for i, name in enumerate(header) if "__" in name and (metrics is None or name in metrics)
+    ]
     units = [""] * len(header)
     records = rows[1:]
     if records and records[0][:1] == [""]:
@@ -548,13 +552,20 @@ def flops_from_counters(
 
 
 _PASSES = re.compile(r'^==PROF== Profiling ".*" - .* - (\d+) pass(?:es)?\s*$')
+# Replay passes per kernel as a raw-page column (ncu 2025 prints it unasked, and prints no
+# progress lines when the CSV goes to a log file).
+REPLAY_PASSES = "profiler__replayer_passes"
 
 
-def replay_passes(text: str) -> list[int]:
-    """Replay passes per profiled kernel, from ncu's progress lines (`==PROF== Profiling "name"
-    - 0: 0%....50%....100% - 46 passes`). With more than one pass, kernel replay restores the
-    memory the kernel writes before each later pass, so `--cache-control none` is the cache
-    state the previous pass left, not the application's (docs/counters.md)."""
+def replay_passes(text: str, rows: Iterable[KernelMetric] = ()) -> list[int]:
+    """Replay passes per profiled kernel: the `profiler__replayer_passes` column of the CSV rows
+    where ncu printed it, else ncu's progress lines (`==PROF== Profiling "name" - 0:
+    0%....50%....100% - 46 passes`). With more than one pass, kernel replay restores the memory
+    the kernel writes before each later pass, so `--cache-control none` is the cache state the
+    previous pass left, not the application's (docs/counters.md)."""
+    by_kernel = {r.kernel_id: r.value for r in rows if r.metric == REPLAY_PASSES}
+    if by_kernel and None not in by_kernel.values():
+        return [int(by_kernel[kernel]) for kernel in sorted(by_kernel)]
     return [int(m.group(1)) for m in map(_PASSES.match, text.splitlines()) if m]
 
 
@@ -582,7 +593,7 @@ def ncu_outcome(command: NcuCommand, run: ToolRun) -> NcuResult | Unavailable:
     if problem is not None:
         return problem
     try:
-        rows = parse_ncu_csv(text)
+        rows = parse_ncu_csv(text, {*command.settings["metrics"], REPLAY_PASSES})
         totals = sum_over_kernels(rows)
     except CounterParseError as error:
         return Unavailable("ncu", f"ncu's CSV not understood: {error}")
@@ -593,7 +604,7 @@ def ncu_outcome(command: NcuCommand, run: ToolRun) -> NcuResult | Unavailable:
             f"no kernel profiled inside NVTX range '{command.settings['nvtx_range']}' "
             f"(filter '{command.settings['nvtx_include']}')" + (f": {said}" if said else ""),
         )
-    passes = tuple(replay_passes(run.output + "\n" + text))
+    passes = tuple(replay_passes(run.output + "\n" + text, rows))
     return NcuResult(rows, totals, command, run, passes)
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,6 +21,11 @@ from dataclasses import dataclass
 from rooflab.model import hierarchical_bound
 
 LEVEL_ORDER = ("HBM", "DRAM", "L2", "L1")  # slowest first, as the hierarchical chart reads
+# An inner level that counted under this fraction of the outer level's bytes was bypassed. Not
+# 1: the counts of neighbouring levels differ by a little for other reasons (an H200's SIMT
+# SGEMM counted 0.99 x its L2 bytes at L1, traffic from other L2 clients); a bypass is orders
+# of magnitude (TMA: 1e-5).
+BYPASS_FRACTION = 0.5
 
 
 class UntrustedCounts(ValueError):
@@ -134,6 +140,26 @@ def _level_order(levels: Iterable[str]) -> list[str]:
     return known + sorted(lv for lv in levels if lv not in known)
 
 
+def bypassed_levels(counted: Mapping[str, float]) -> dict[str, str]:
+    """Levels whose counted bytes cannot be the traffic the SMs drew through them, each with the
+    reason: fewer than BYPASS_FRACTION of the bytes at the level outside it. A byte from HBM
+    crosses the L2 and then the L1 on its way in, unless the kernel moves it around that level's
+    counter: Hopper's TMA (cp.async.bulk) copies global memory into shared memory without
+    passing l1tex__t_bytes, so cuBLAS's bf16 GEMM on an H200 counted 12 kB at L1 against 1 GB at
+    L2. Such a level gets no point (its intensity would be a fiction); its count stays in the
+    counters table."""
+    order = [lv for lv in _level_order(counted) if lv in LEVEL_ORDER]
+    out = {}
+    for outer, inner in itertools.pairwise(order):
+        if counted[inner] < BYPASS_FRACTION * counted[outer]:
+            out[inner] = (
+                f"{inner}: {counted[inner]:.6g} B counted, under {BYPASS_FRACTION:g} x the "
+                f"{counted[outer]:.6g} B at {outer}: the kernel moved its data around this "
+                f"level's counter (e.g. TMA into shared memory); no {inner} point"
+            )
+    return out
+
+
 def hierarchical_points(
     pairing: Pairing,
     calibration: Calibration,
@@ -152,7 +178,7 @@ def hierarchical_points(
     that level's own ceiling (`ceilings[level]` in B/s; `ceilings[compute_path]` in FLOP/s).
     `limiting_level` is the level whose term B·I is smallest; `limiter` is that level, or
     "compute" where C is lower still. A level without a measured ceiling keeps its intensity
-    and gets no bound."""
+    and gets no bound; a level in `bypassed_levels` gets no row."""
     if not calibration.trusted:
         raise UntrustedCounts(f"{calibration.reason}: no Roofline point from these counts")
     if calibration.path is not None and calibration.path != compute_path:
@@ -171,6 +197,8 @@ def hierarchical_points(
     counted = {lv: float(q) for lv, q in bytes_by_level.items() if q is not None}
     if any(q < 0 or not math.isfinite(q) for q in counted.values()):
         raise ValueError(f"counted bytes must be finite and >= 0: {counted}")
+    for level in bypassed_levels(counted):
+        del counted[level]
     bounded = {lv: q for lv, q in counted.items() if lv in ceilings}
     if not bounded:
         raise ValueError(f"no bandwidth ceiling for any counted level ({', '.join(counted)})")

@@ -22,13 +22,14 @@ from rooflab.experiments.timing import (
     Progress,
     Sample,
     TimingSettings,
+    fastest_window_median,
     measure,
     sample_rows,
     summarize,
 )
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
-from rooflab.units import UnitError, parse_bytes
+from rooflab.units import UnitError, format_quantity, parse_bytes
 
 # A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
 # at DRAM_ABOVE x the total cache capacity.
@@ -51,7 +52,9 @@ class CeilingSettings:
     blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
     blas_n: int = 2048
     blas_timing: TimingSettings = field(
-        default_factory=lambda: TimingSettings(warmup_s=0.3, min_time_s=1.0, min_samples=5)
+        default_factory=lambda: TimingSettings(
+            warmup_s=0.3, min_time_s=1.0, min_samples=5, cooldown_s=1.0
+        )
     )
     max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
 
@@ -380,18 +383,24 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     tables["conditions"].extend(during_rows(run_id, during))
     tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
     tables["samples"].extend(sample_rows(run_id, config_id, "warm", samples, 2 * n**3, "FLOP"))
-    summary = summarize([s.seconds for s in samples], settings.blas_timing.noisy_iqr_ratio)
+    seconds = [s.seconds for s in samples]
+    fastest_s, windows = fastest_window_median(seconds, min(settings.windows, len(seconds)))
+    sustained = format_quantity(2 * n**3 / statistics.median(seconds), "flop_rate", 4)
+    idle = settings.blas_timing.cooldown_s
+    rested = f"sampled after {idle:g} s idle, " if idle else ""
     return {
         "run_id": run_id,
         "kind": "compute",
         "name": backend.library_path(dtype),
         "kernel": "matmul",
         "dtype": dtype,
-        "value": 2 * n**3 / summary.median_s,
+        "value": 2 * n**3 / fastest_s,
         "unit": "FLOP/s",
         "method": (
-            f"{backend.library_description(dtype)} of {n}x{n}x{n}, median of "
-            f"{summary.n_samples} warm samples"
+            f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}best of {windows} "
+            f"medians of "
+            f"{len(seconds) // windows} consecutive warm samples (the median of all "
+            f"{len(seconds)}, under the clocks they saw: {sustained})"
         ),
         "cache_state": "warm",
         "threads": backend.library_threads(),

@@ -27,6 +27,10 @@ class TimingSettings:
     max_samples: int = 10000
     noisy_iqr_ratio: float = 0.1
     max_clock_change: float = 0.05  # flag a measurement whose clock range exceeds this fraction
+    # Idle between warm-up and sampling: a GPU under its power limit lowers its clock within a
+    # fraction of a second of sustained GEMMs and raises it again at rest, so a peak measured
+    # right after a long warm-up is the capped rate, below what short runs (a sweep's) reach.
+    cooldown_s: float = 0.0
 
     @classmethod
     def from_config(cls, timing: dict) -> TimingSettings:
@@ -82,6 +86,21 @@ def summarize(seconds: list[float], noisy_iqr_ratio: float) -> Summary:
     )
 
 
+def fastest_window_median(seconds: list[float], window: int) -> tuple[float, int]:
+    """The smallest median of `window` consecutive samples (non-overlapping; a short tail is
+    left out), and how many windows there were. A peak read this way is what the hardware
+    reached for a stretch at the clocks it had then: the median of a long run of a power-hungry
+    kernel is the rate after the power limit pulled the clock down, and shorter runs (a sweep's
+    GEMMs) would sit above it. A single slow or fast sample cannot set it."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if len(seconds) < window:
+        raise ValueError(f"{len(seconds)} samples, fewer than one window of {window}")
+    count = len(seconds) // window
+    medians = [statistics.median(seconds[i * window : (i + 1) * window]) for i in range(count)]
+    return min(medians), count
+
+
 class Progress:
     """A line on stderr every few seconds: what runs, how many samples, elapsed and ETA."""
 
@@ -120,6 +139,9 @@ def measure(
         call()
         backend.synchronize()
         calls += 1
+
+    if settings.cooldown_s > 0:
+        time.sleep(settings.cooldown_s)
 
     samples: list[Sample] = []
     with backend.nvtx_range(label or f"rooflab/{cache_state}"):
