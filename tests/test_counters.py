@@ -532,6 +532,7 @@ def test_recorded_gemm_profiles(csv_path):
     table = list(csv.DictReader(io.StringIO(text[text.index('"ID",') :])))[1:]
     assert len(table) == meta["kernels"]
     assert list(result.passes) == [int(row[REPLAY_PASSES]) for row in table]
+    assert list(result.passes) == meta["replay_passes"]  # as the recorder read them
     assert all(passes >= 1 for passes in result.passes)
     # only what was asked for (and the passes) is kept: the raw page holds every device
     # attribute besides
