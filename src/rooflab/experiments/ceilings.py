@@ -398,8 +398,7 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
         "unit": "FLOP/s",
         "method": (
             f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}best of {windows} "
-            f"medians of "
-            f"{len(seconds) // windows} consecutive warm samples (the median of all "
+            f"medians of {len(seconds) // windows} consecutive warm samples (the median of all "
             f"{len(seconds)}, under the clocks they saw: {sustained})"
         ),
         "cache_state": "warm",
