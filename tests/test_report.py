@@ -257,6 +257,20 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
     assert len(rows) == 12
 
 
+def test_m_axis_labels_every_m_and_tilts_them_when_they_would_collide():
+    import pandas as pd
+
+    from rooflab.report import _m_x
+
+    # the GPU weight-reuse sweep: 14 values of M up to 8192 in a 280 px panel
+    many = _m_x(pd.DataFrame({"m": [2**i for i in range(14)]})).to_dict()["axis"]
+    assert many["values"] == [2**i for i in range(14)]
+    assert (many["labelAngle"], many["labelAlign"]) == (-45, "right")
+    few = _m_x(pd.DataFrame({"m": [1, 16, 128, 16]})).to_dict()["axis"]
+    assert few["values"] == [1, 16, 128]
+    assert (few["labelAngle"], few["labelAlign"]) == (0, "center")
+
+
 def test_page_is_one_offline_file_with_a_summary(built):
     page = built.index.read_text()
     # the sweep asked for `auto` on a machine without a usable GPU: the page says what happened

@@ -48,6 +48,7 @@ LIBRARY_PATHS = (
 )
 WIDTH = 640
 ROOFLINE_SIZE = (WIDTH, 480)  # width, height (px) of the Roofline charts' plot area
+REUSE_PANEL_SIZE = (280, 220)  # one panel of the per-sweep time and efficiency charts
 ABOVE_ROOF = 1.05  # efficiency beyond measurement noise: a roof that is too low
 
 
@@ -704,6 +705,9 @@ def _m_x(data: pd.DataFrame):
     """M on a log2 axis with a tick at every measured M."""
     import altair as alt
 
+    values = sorted(int(m) for m in data.m.unique())
+    # labels that would run into each other across the panel are set at an angle
+    wide = len(values) * (len(str(values[-1])) * LABEL_CHAR_PX + 6) > REUSE_PANEL_SIZE[0]
     return alt.X(
         "m:Q",
         scale=alt.Scale(type="log", base=2, nice=False),
@@ -711,10 +715,12 @@ def _m_x(data: pd.DataFrame):
         # every measured M labelled, the last one too (Vega drops overlapping or edge labels)
         axis=alt.Axis(
             format="~d",
-            values=sorted(int(m) for m in data.m.unique()),
+            values=values,
             labelOverlap=False,
             labelFlush=False,
             labelBound=False,
+            labelAngle=-45 if wide else 0,
+            labelAlign="right" if wide else "center",
         ),
     )
 
@@ -753,7 +759,7 @@ def reuse_time_chart(data: pd.DataFrame, sweep: str):
     )
     return (
         alt.layer(lines, base.mark_point(filled=True, size=30))
-        .properties(width=280, height=220)
+        .properties(width=REUSE_PANEL_SIZE[0], height=REUSE_PANEL_SIZE[1])
         .facet(
             row=alt.Row("quantity:N", title=None, sort=["whole GEMM", "per row (time / M)"]),
             column=alt.Column("cache_state:N", title="cache state"),
@@ -786,7 +792,7 @@ def reuse_efficiency_chart(data: pd.DataFrame, sweep: str):
                 alt.Tooltip("level:N", title="level"),
             ],
         )
-        .properties(width=280, height=220)
+        .properties(width=REUSE_PANEL_SIZE[0], height=REUSE_PANEL_SIZE[1])
         .facet(column=alt.Column("cache_state:N", title="cache state"))
         .properties(title=f"sweep {sweep}: efficiency vs M")
     )
