@@ -384,7 +384,8 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
     tables["samples"].extend(sample_rows(run_id, config_id, "warm", samples, 2 * n**3, "FLOP"))
     seconds = [s.seconds for s in samples]
-    fastest_s, windows = fastest_window_median(seconds, min(settings.windows, len(seconds)))
+    window = min(settings.windows, len(seconds))
+    fastest_s, windows = fastest_window_median(seconds, window)
     sustained = format_quantity(2 * n**3 / statistics.median(seconds), "flop_rate", 4)
     idle = settings.blas_timing.cooldown_s
     rested = f"sampled after {idle:g} s idle, " if idle else ""
@@ -398,7 +399,7 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
         "unit": "FLOP/s",
         "method": (
             f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}best of {windows} "
-            f"medians of {len(seconds) // windows} consecutive warm samples (the median of all "
+            f"medians of {window} consecutive warm samples (the median of all "
             f"{len(seconds)}, under the clocks they saw: {sustained})"
         ),
         "cache_state": "warm",
