@@ -389,6 +389,11 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     sustained = format_quantity(2 * n**3 / statistics.median(seconds), "flop_rate", 4)
     idle = settings.blas_timing.cooldown_s
     rested = f"sampled after {idle:g} s idle, " if idle else ""
+    best = (
+        f"best of {windows} medians of {window} consecutive"
+        if windows > 1
+        else f"median of the first {window}"
+    )
     return {
         "run_id": run_id,
         "kind": "compute",
@@ -398,9 +403,8 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
         "value": 2 * n**3 / fastest_s,
         "unit": "FLOP/s",
         "method": (
-            f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}best of {windows} "
-            f"medians of {window} consecutive warm samples (the median of all "
-            f"{len(seconds)}, under the clocks they saw: {sustained})"
+            f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}{best} warm samples "
+            f"(the median of all {len(seconds)}, under the clocks they saw: {sustained})"
         ),
         "cache_state": "warm",
         "threads": backend.library_threads(),
