@@ -14,6 +14,7 @@ rule ceilings:
     params:
         settings=as_param(config["ceilings"]),
         max_clock_change=config["timing"]["max_clock_change"],
+        disturbance=as_param(config["disturbance"]),
         backend=config["backend"],
     script:
         "../workflow_scripts/ceilings.py"

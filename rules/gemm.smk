@@ -34,6 +34,7 @@ rule time_gemm:
     params:
         sweep=sweep_param,
         timing=as_param(config["timing"]),
+        disturbance=as_param(config["disturbance"]),
         backend=config["backend"],
     script:
         "../workflow_scripts/time_gemm.py"

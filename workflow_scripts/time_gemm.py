@@ -10,7 +10,9 @@ from rooflab.workflow import keep_run, log_to, read_receipt
 log = log_to(snakemake.log[0])
 sweep_name, sweep = snakemake.wildcards.sweep, json.loads(snakemake.params.sweep)
 checked = read_receipt(snakemake.input.correctness)
-timing = TimingSettings.from_config(json.loads(snakemake.params.timing))
+timing = TimingSettings.from_config(
+    json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
+)
 backend = select_backend(snakemake.params.backend)
 tables = run_gemm_sweep(
     backend, sweep_name, sweep, timing, passed_config_ids=set(checked["passed"])

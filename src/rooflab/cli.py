@@ -271,23 +271,30 @@ def _backend_and_config(args):
 
 
 def cmd_measure_ceilings(args) -> None:
+    from rooflab.disturbance import DisturbanceSettings
     from rooflab.experiments import ceilings
     from rooflab.records import write_run
 
     backend, config = _backend_and_config(args)
     settings = ceilings.QUICK if args.quick else ceilings.settings_from_config(config["ceilings"])
-    settings = replace(settings, max_clock_change=config["timing"]["max_clock_change"])
+    settings = replace(
+        settings,
+        max_clock_change=config["timing"]["max_clock_change"],
+        disturbance=DisturbanceSettings.from_config(config["disturbance"]),
+    )
     tables = ceilings.run_ceilings(backend, settings)
     run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
     print(f"rooflab: wrote {run_dir}", file=sys.stderr)
     columns = ("kind", "name", "kernel", "dtype", "value", "unit", "threads", "method")
+    columns += ("disturbed", "disturbance", "n_disturbed")
     rows = [{c: row.get(c) for c in columns} for row in tables["ceilings"]]
     if args.format == "table":
         for row in rows:
             kind = "byte_rate" if row["unit"] == "B/s" else "flop_rate"
             row["value"] = format_quantity(row["value"], kind)
-            del row["unit"], row["method"]
+            del row["unit"], row["method"], row["disturbance"]
     print_rows(rows, args.format)
+    _print_disturbance(tables, "ceilings")
 
 
 def cmd_measure_gemm(args) -> None:
@@ -303,7 +310,7 @@ def cmd_measure_gemm(args) -> None:
         backend,
         args.sweep,
         config["sweeps"][args.sweep],
-        TimingSettings.from_config(config["timing"]),
+        TimingSettings.from_config(config["timing"], config["disturbance"]),
     )
     run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
     print(f"rooflab: wrote {run_dir}", file=sys.stderr)
@@ -318,13 +325,39 @@ def cmd_measure_gemm(args) -> None:
             "p75_s": p["p75_s"],
             "achieved_flops_per_s": p["achieved_flops_per_s"],
             "noisy": p["noisy"],
+            "disturbed": p["disturbed"],
+            "disturbance": p["disturbance"],
+            "n_disturbed": p["n_disturbed"],
         }
         for p in tables["gemm_points"]
     ]
+    if args.format == "table":
+        for row in rows:
+            del row["disturbance"]  # one line each on stderr below
     print_rows(rows, args.format)
+    _print_disturbance(tables, "gemm_points")
     for config_id in failed:
         print(
             f"rooflab: {config_id} failed its correctness check and was not timed", file=sys.stderr
+        )
+
+
+def _print_disturbance(tables: dict, table: str) -> None:
+    """On stderr: the run's busy-machine warning, and each disturbed measurement with why."""
+    warning = tables["runs"][0].get("busy_warning")
+    if warning:
+        print(f"rooflab: {warning}", file=sys.stderr)
+    rows = tables[table]
+    disturbed = [row for row in rows if row.get("disturbed")]
+    for row in disturbed:
+        what = row.get("name") or row["config_id"]
+        state = f" {row['cache_state']}" if row.get("cache_state") else ""
+        print(f"rooflab: disturbed: {what}{state}: {row['disturbance']}", file=sys.stderr)
+    if disturbed:
+        print(
+            f"rooflab: {len(disturbed)} of {len(rows)} flagged disturbed; measure again on a "
+            "quiet machine",
+            file=sys.stderr,
         )
 
 

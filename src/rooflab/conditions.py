@@ -12,6 +12,7 @@ import functools
 import math
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -44,8 +45,10 @@ _ADD_LINE_BY_ARCHITECTURE = {
     "arm64": "add $0, $0, #1",
 }
 
-# Only the first measurement uses this guess, to size its repetitions.
+# The first measurement uses this guess to size its repetitions; later ones the last reading.
 _clock_estimate_hz = 3.0e9
+_PLAUSIBLE_HZ = (0.2e9, 10e9)
+_MIN_BLOCKS = 16  # 2048 adds: the call's own ~150 ns stays small beside them
 
 _THREADING_ENV_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "BLIS_", "NUMBA_")
 
@@ -118,8 +121,24 @@ def warm_up() -> None:
     measure_cpu_clock_hz()
 
 
+def _thread_switches() -> int | None:
+    """How many times the calling thread has been put on a CPU (/proc/thread-self/schedstat,
+    third field); it changes when the thread was preempted or migrated. None where unreadable."""
+    fd = getattr(_thread_local, "schedstat_fd", None)
+    try:
+        if fd is None:
+            fd = _thread_local.schedstat_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        return int(os.pread(fd, 128, 0).split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_thread_local = threading.local()
+
+
 def time_add_blocks_s(blocks: int, repeats: int = 3) -> float:
-    """Fastest wall time, over `repeats` runs, of blocks × ADDS_PER_BLOCK dependent adds."""
+    """Fastest wall time, over the undisturbed ones of `repeats` runs, of
+    blocks × ADDS_PER_BLOCK dependent adds; ClockUnavailable when every run was preempted."""
     if blocks < 1 or repeats < 1:
         raise ValueError(f"need blocks >= 1 and repeats >= 1, got {blocks} and {repeats}")
     run_add_chain = _compiled_add_chain()
@@ -127,6 +146,7 @@ def time_add_blocks_s(blocks: int, repeats: int = 3) -> float:
     expected = blocks * ADDS_PER_BLOCK * step
     best_ns = math.inf
     for _ in range(repeats):
+        switches = _thread_switches()
         start_ns = time.perf_counter_ns()
         total = run_add_chain(blocks, step)
         elapsed_ns = time.perf_counter_ns() - start_ns
@@ -134,22 +154,44 @@ def time_add_blocks_s(blocks: int, repeats: int = 3) -> float:
             raise ClockUnavailable(
                 f"add loop summed to {total}, expected {expected}: it did not run as written"
             )
+        if switches is not None and _thread_switches() != switches:
+            continue  # the thread left its CPU mid-chain: this run timed someone else too
         best_ns = min(best_ns, elapsed_ns)
-    return max(best_ns, 1) / 1e9  # a coarse timer can read 0 ns
+    if best_ns == math.inf:
+        raise ClockUnavailable(f"all {repeats} runs of the add loop were preempted")
+    return max(best_ns - _call_overhead_ns(), 1) / 1e9  # a coarse timer can read 0 ns
+
+
+@functools.cache
+def _call_overhead_ns() -> int:
+    """The fastest time of an empty call of the add loop: what the timer and the call into
+    compiled code add to every run, taken off so short probes read the clock, not the call."""
+    run_add_chain = _compiled_add_chain()
+    best = math.inf
+    for _ in range(200):
+        start_ns = time.perf_counter_ns()
+        run_add_chain(0, 1)
+        best = min(best, time.perf_counter_ns() - start_ns)
+    return int(best)
 
 
 def measure_cpu_clock_hz(min_time_s: float = 0.002, repeats: int = 5) -> float:
     """The effective clock of the calling core, in Hz, from a dependent-add chain.
 
     Each add waits one cycle for the previous one on every x86_64 and aarch64 core, so cycles =
-    adds. The chain runs `repeats` times of about min_time_s / repeats each, and the fastest
-    wins: preemption or a migration only ever makes a repetition slower.
+    adds. The chain runs `repeats` times of about min_time_s / repeats each; a run during which
+    the thread left its CPU (preempted, migrated) is dropped, and the fastest of the rest wins:
+    interrupts and a hypervisor only ever make a run slower. When every run was preempted there
+    is no reading (ClockUnavailable), never a wrong one.
     """
     global _clock_estimate_hz
     repetition_s = min_time_s / repeats
-    blocks = max(1, math.ceil(repetition_s * _clock_estimate_hz / ADDS_PER_BLOCK))
+    blocks = max(_MIN_BLOCKS, math.ceil(repetition_s * _clock_estimate_hz / ADDS_PER_BLOCK))
     clock_hz = blocks * ADDS_PER_BLOCK / time_add_blocks_s(blocks, repeats)
-    _clock_estimate_hz = clock_hz
+    # Only a plausible reading sizes the next probe: a reading that fed back a wrong estimate
+    # shrank later probes until the call itself dominated them (134 MHz on a 3.7 GHz CPU).
+    if _PLAUSIBLE_HZ[0] <= clock_hz <= _PLAUSIBLE_HZ[1]:
+        _clock_estimate_hz = clock_hz
     return clock_hz
 
 

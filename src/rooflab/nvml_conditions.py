@@ -15,6 +15,7 @@ the reading and named in its `unavailable` mapping with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -207,6 +208,20 @@ class GpuMonitor:
         except Exception:
             return None
 
+    def other_processes(self) -> int:
+        """Processes other than this one with a context on the GPU (compute or graphics).
+
+        In a container NVML reports the host's pids, so this process may not appear under its
+        own pid: then one of the listed processes is taken to be this one."""
+        nvml, handle = self._nvml, self._handle
+        pids = {p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+        with contextlib.suppress(Exception):  # not every GPU lists graphics processes
+            pids |= {p.pid for p in nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)}
+        own = os.getpid()
+        if own in pids:
+            return len(pids - {own})
+        return max(0, len(pids) - 1)  # this process holds a context, under a pid it cannot see
+
     def reading(self, phase: str, config_id: str | None = None) -> dict:
         """One row of the `conditions` table (without run_id; `unavailable` as a dict)."""
         nvml, handle = self._nvml, self._handle
@@ -230,6 +245,7 @@ class GpuMonitor:
                 )
             ),
         )
+        read("gpu_other_processes", self.other_processes)
         try:
             fields["load_avg_1m"] = os.getloadavg()[0]
         except OSError as error:
@@ -296,6 +312,9 @@ class ConditionSampler:
         self._thread = threading.Thread(target=self._run, name="rooflab-nvml", daemon=True)
 
     def _run(self) -> None:
+        from rooflab.disturbance import probe
+
+        probe().exclude_current_thread()  # its wake-ups are not the measurement's
         next_at = time.monotonic()
         while not self._stop.is_set():
             self.readings.append(self.monitor.reading("during", self.config_id))

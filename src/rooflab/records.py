@@ -21,7 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+# 2: disturbance (per sample: run-queue wait, CPU time, involuntary switches, `disturbed`; per
+# measurement: the verdict and what other processes used; per run: the quiet check).
+SCHEMA_VERSION = 2
 
 _S, _F, _I, _B, _T = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.timestamp("us", "UTC")
 
@@ -50,6 +52,11 @@ TABLES: dict[str, pa.Schema] = {
             ("settings", _S),
             ("backend_requested", _S),  # auto, cpu or cuda, as configured
             ("backend_note", _S),  # why the backend differs from the one asked for (auto)
+            # The quiet check before measuring: CPUs other processes used at its last look, how
+            # long it waited for quiet, and the warning when the machine stayed busy.
+            ("busy_other_cpus", _F),
+            ("quiet_waited_s", _F),
+            ("busy_warning", _S),
         ]
     ),
     "conditions": pa.schema(
@@ -66,6 +73,7 @@ TABLES: dict[str, pa.Schema] = {
             ("throttle_reasons", _S),
             ("governor", _S),
             ("load_avg_1m", _F),
+            ("gpu_other_processes", _I),  # processes other than rooflab with a GPU context
             ("unavailable", _S),
         ]
     ),
@@ -95,6 +103,16 @@ TABLES: dict[str, pa.Schema] = {
             # The samples behind the value: the sweep point or FMA round that gave it, or the
             # library GEMM's configuration.
             ("config_id", _S),
+            # What the rest of the machine took from the measurement (rooflab.disturbance):
+            # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
+            # other processes used and the share the hypervisor stole while it sampled, and other
+            # processes seen on the GPU (null on a CPU).
+            ("disturbed", _B),
+            ("disturbance", _S),
+            ("n_disturbed", _I),
+            ("other_cpus", _F),
+            ("steal_fraction", _F),
+            ("gpu_other_processes", _I),
         ]
     ),
     "ceiling_sweep": pa.schema(
@@ -111,6 +129,16 @@ TABLES: dict[str, pa.Schema] = {
             ("window_s", _F),
             ("iqr_ratio", _F),
             ("level", _S),
+            # What the rest of the machine took from the measurement (rooflab.disturbance):
+            # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
+            # other processes used and the share the hypervisor stole while it sampled, and other
+            # processes seen on the GPU (null on a CPU).
+            ("disturbed", _B),
+            ("disturbance", _S),
+            ("n_disturbed", _I),
+            ("other_cpus", _F),
+            ("steal_fraction", _F),
+            ("gpu_other_processes", _I),
         ]
     ),
     "samples": pa.schema(
@@ -125,6 +153,13 @@ TABLES: dict[str, pa.Schema] = {
             # GEMM or an FMA window, B of a bandwidth window.
             ("amount", _F),
             ("amount_unit", _S),
+            # What the rest of the machine took from the sample, read around it (outside the
+            # timed call): run-queue wait of this process's threads, its CPU time and involuntary
+            # context switches; `disturbed` samples are kept here but left out of the statistics.
+            ("wait_s", _F),
+            ("cpu_s", _F),
+            ("involuntary_switches", _I),
+            ("disturbed", _B),
         ]
     ),
     "gemm_points": pa.schema(
@@ -160,6 +195,17 @@ TABLES: dict[str, pa.Schema] = {
             ("clock_moved", _B),
             ("clock_capped", _B),
             ("clock_events", _S),
+            ("threads", _I),  # the GEMM library's thread pool, set explicitly (null on a GPU)
+            # What the rest of the machine took from the measurement (rooflab.disturbance):
+            # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
+            # other processes used and the share the hypervisor stole while it sampled, and other
+            # processes seen on the GPU (null on a CPU).
+            ("disturbed", _B),
+            ("disturbance", _S),
+            ("n_disturbed", _I),
+            ("other_cpus", _F),
+            ("steal_fraction", _F),
+            ("gpu_other_processes", _I),
         ]
     ),
     "correctness": pa.schema(
@@ -282,6 +328,9 @@ TABLES: dict[str, pa.Schema] = {
             ("counters_run_id", _S),
             ("flops_counted", _F),  # the counted FLOPs that admitted the point (F is 2MNK)
             ("calibration_ratio", _F),  # flops_counted / 2MNK
+            ("noisy", _B),  # the GEMM point's flags, carried so a chart can mark the point
+            ("disturbed", _B),
+            ("disturbance", _S),
         ]
     ),
 }

@@ -78,6 +78,9 @@ class Backend(ABC):
     # How it was chosen (select_backend sets these; they go into the `runs` row).
     backend_requested: str | None = None
     backend_note: str | None = None
+    # Whether other processes' CPU use slows what this backend measures (a CPU's caches and memory
+    # are shared; a GPU's timing is the device's, whatever the host's other cores do).
+    host_contention_matters: bool = True
 
     # -- identity and conditions --
     @abstractmethod
@@ -141,6 +144,21 @@ class Backend(ABC):
     def local_cache_workload(self, working_set_bytes: int, threads: int) -> Workload:
         """Every SM reads the same `working_set_bytes` over and over; amount: all SMs' reads."""
         raise BackendError(f"backend {self.name} has no separate local-cache sweep")
+
+    def gpu_other_processes(self) -> int:
+        """Processes other than this one using the device; 0 where there is no device to share."""
+        return 0
+
+    def host_delays_enter_timing(self) -> bool:
+        """Whether a measuring thread kept off its CPU lengthens the timed interval (host clock:
+        always; CUDA events behind a held stream: no, the device starts only once all is queued)."""
+        return True
+
+    @contextlib.contextmanager
+    def limited_library_threads(self) -> Iterator[int | None]:
+        """Run the block with the GEMM library's thread pool set to an explicit size, and yield
+        that size (None where the library has no host pool)."""
+        yield None
 
     @contextlib.contextmanager
     def sampling_conditions(self, config_id: str | None = None) -> Iterator[list[dict]]:

@@ -6,10 +6,11 @@ from rooflab.conditions (the effective clock is measured, not read from /proc/cp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
@@ -22,6 +23,7 @@ from rooflab.backends.base import Backend, BackendError, GemmOperands, Workload
 from rooflab.backends.random_operands import random_nonzero
 
 NUMPY_DTYPES = {"fp64": np.float64, "fp32": np.float32}
+FLUSH_SETTLE_S = 0.5e-3
 
 
 class CpuBackend(Backend):
@@ -89,13 +91,17 @@ class CpuBackend(Backend):
                         "temp_c",
                         "power_w",
                         "throttle_reasons",
+                        "gpu_other_processes",
                     )
                 },
             },
         }
 
     def sample_clock_mhz(self) -> float | None:
-        return conditions.measure_cpu_clock_hz(min_time_s=5e-5) / 1e6
+        try:
+            return conditions.measure_cpu_clock_hz(min_time_s=5e-5) / 1e6
+        except conditions.ClockUnavailable:  # every probe preempted: no reading, not a wrong one
+            return None
 
     # -- memory and caches --
     def memory_available_bytes(self) -> int:
@@ -114,6 +120,9 @@ class CpuBackend(Backend):
     def flush_cache(self) -> None:
         # Read and write every line, so each core's caches fill with dirty lines of the buffer.
         list(self._flush_pool.map(lambda chunk: np.add(chunk, 1.0, out=chunk), self._flush_chunks))
+        # The workers still need the GIL to park after their chunk; without this pause they ran
+        # beside the next sample's BLAS threads, whose run-queue wait then flagged it disturbed.
+        time.sleep(FLUSH_SETTLE_S)
 
     # -- running and timing --
     def synchronize(self) -> None:
@@ -159,6 +168,16 @@ class CpuBackend(Backend):
             amount_per_unit=cpu_kernels.fma_flops(dtype, 1, threads),
             unit="FLOP",
         )
+
+    @contextlib.contextmanager
+    def limited_library_threads(self) -> Iterator[int | None]:
+        """BLAS with exactly default_threads() threads (threadpoolctl), whatever the
+        environment set; numba's pool is sized per kernel call (cpu_kernels._numba_threads)."""
+        from threadpoolctl import threadpool_limits
+
+        threads = self.default_threads()
+        with threadpool_limits(limits=threads, user_api="blas"):
+            yield threads
 
     def library_threads(self) -> int | None:
         blas = conditions.blas_info().get("blas_libraries") or [{}]

@@ -123,6 +123,7 @@ class CudaBackend(Backend):
     stream_kernels = tuple(STREAM_ARRAYS)
     fma_dtypes = ("fp64", "fp32", "fp16")
     memory_level = "HBM"
+    host_contention_matters = False  # events time the device; other GPU users are what count
 
     def __init__(self, device_id: int = 0, conditions_period_s: float = 0.01) -> None:
         import cupy
@@ -333,6 +334,19 @@ class CudaBackend(Backend):
 
     def sample_clock_mhz(self) -> float | None:
         return self.monitor.sm_clock_mhz()
+
+    def gpu_other_processes(self) -> int:
+        if not self.monitor.available:
+            return 0
+        try:
+            return self.monitor.other_processes()
+        except Exception:  # NVML without process listing: nothing to wait for
+            return 0
+
+    def host_delays_enter_timing(self) -> bool:
+        # Behind a held stream every call is queued before the device starts, so a host thread
+        # kept off its CPU meanwhile cannot lengthen the events' interval.
+        return not self.hold_stream
 
     @contextlib.contextmanager
     def sampling_conditions(self, config_id: str | None = None) -> Iterator[list[dict]]:

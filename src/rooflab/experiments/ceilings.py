@@ -13,19 +13,29 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from rooflab.backends.base import Backend, BackendError, Workload
 from rooflab.config import ConfigError
-from rooflab.experiments.runs import conditions_row, during_rows, run_row
+from rooflab.disturbance import (
+    DisturbanceSettings,
+    Verdict,
+    add_gpu_processes,
+    probe,
+    wait_until_idle,
+)
+from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.timing import (
     Progress,
     Sample,
     TimingSettings,
+    clean,
     fastest_window_median,
+    judge_samples,
     measure,
     sample_rows,
     summarize,
+    take_sample,
 )
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
@@ -57,6 +67,7 @@ class CeilingSettings:
         )
     )
     max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
+    disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
 
 
 QUICK = CeilingSettings(
@@ -69,7 +80,9 @@ QUICK = CeilingSettings(
 )
 
 
-def settings_from_config(ceilings: dict, where: str = "ceilings") -> CeilingSettings:
+def settings_from_config(
+    ceilings: dict, where: str = "ceilings", disturbance: dict | None = None
+) -> CeilingSettings:
     """CeilingSettings from a validated config's `ceilings` section (sizes parsed with units)."""
     sizes = {}
     for key in ("min_working_set", "max_working_set"):
@@ -92,6 +105,7 @@ def settings_from_config(ceilings: dict, where: str = "ceilings") -> CeilingSett
         fma_dtypes=tuple(ceilings["fma_dtypes"]),
         blas_dtypes=tuple(ceilings["blas_dtypes"]),
         blas_n=ceilings["blas_n"],
+        disturbance=DisturbanceSettings.from_config(disturbance or {}),
     )
 
 
@@ -152,10 +166,12 @@ class Windows:
     units: int  # work units per window (FMA iterations, passes over the working set)
     amount: float  # work per window, in `unit`: units x the workload's amount per unit
     unit: str  # FLOP or B
-    samples: list[Sample]
+    samples: list[Sample]  # every window taken; disturbed ones flagged
+    verdict: Verdict
 
     def rates(self) -> list[float]:
-        return [self.amount / s.seconds for s in self.samples]
+        """Rates of the undisturbed windows (of all, where every one was disturbed)."""
+        return [self.amount / s.seconds for s in clean(self.samples)]
 
     def median_rate(self) -> float:
         return statistics.median(self.rates())
@@ -167,17 +183,32 @@ class Windows:
         return sample_rows(run_id, config_id, "warm", self.samples, self.amount, self.unit)
 
 
-def time_workload(backend: Backend, workload: Workload, window_s: float, windows: int) -> Windows:
-    """Size one window (a call of at least `window_s`), then time `windows` of them, reading the
-    clock after each, outside the timed call."""
+def time_workload(
+    backend: Backend,
+    workload: Workload,
+    window_s: float,
+    windows: int,
+    disturbance: DisturbanceSettings | None = None,
+) -> Windows:
+    """Size one window (a call of at least `window_s`), then time `windows` undisturbed ones,
+    reading the clock and the disturbance around each, outside the timed call; a disturbed window
+    is re-taken, up to retake_factor x `windows` of them."""
+    disturbance = disturbance or DisturbanceSettings()
 
     def seconds_for(units: int) -> float:
         return backend.time_call(lambda: workload.run(units))
 
     workload.run(1)  # warm-up: compilation, first touch, thread start-up
     units = units_for_window(seconds_for, window_s)
-    samples = [Sample(seconds_for(units), backend.sample_clock_mhz()) for _ in range(windows)]
-    return Windows(units, units * workload.amount_per_unit, workload.unit, samples)
+    max_disturbed = math.ceil(disturbance.retake_factor * windows)
+    samples: list[Sample] = []
+    n_clean = 0
+    with probe().measuring_phase() as phase:
+        while n_clean < windows and len(samples) - n_clean < max_disturbed:
+            samples.append(take_sample(backend, lambda: workload.run(units), disturbance))
+            n_clean += not samples[-1].disturbed
+    verdict = judge_samples(samples, phase, backend, windows, disturbance, what="windows")
+    return Windows(units, units * workload.amount_per_unit, workload.unit, samples, verdict)
 
 
 def run_ceilings(
@@ -185,6 +216,7 @@ def run_ceilings(
 ) -> dict[str, list[dict]]:
     check_supported(backend, settings)
     run_id = run_id or new_run_id()
+    quiet = quiet_check(backend, settings.disturbance, "ceilings")
     started = utc_now()
     threads = settings.threads or backend.default_threads()
     caches = backend.cache_bytes_by_level()
@@ -212,29 +244,43 @@ def run_ceilings(
     # FMA rounds are spread over the whole run (first, after each bandwidth kernel, last) and each
     # dtype keeps its best round: a ceiling is the best sustained rate, and a slow spell of a
     # shared machine (seen here: seconds at about half speed) then costs a round, not the ceiling.
-    best: dict[str, tuple[float, int, int, str]] = {}  # rate, iterations, threads, config_id
+    # (clean, rate), iterations, threads, config_id, verdict
+    best: dict[str, tuple[tuple[bool, float], int, int, str, Verdict]] = {}
     rounds = 0
+
+    def timed(workload: Workload) -> Windows:
+        return time_workload(
+            backend, workload, settings.window_s, settings.windows, settings.disturbance
+        )
 
     def fma_round() -> None:
         nonlocal rounds
+        wait_until_idle()  # the BLAS pool may still spin from the library GEMM before it
         for dtype in settings.fma_dtypes:
             config_id = f"fma/{dtype}/round{rounds}"
-            tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
+            before = conditions_row(backend, run_id, "before", config_id)
             workload = backend.fma_workload(dtype, threads)
             with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
-                windows = time_workload(backend, workload, settings.window_s, settings.windows)
-            tables["conditions"].extend(during_rows(run_id, during))
-            tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
+                windows = timed(workload)
+            readings = [before, *during_rows(run_id, during)]
+            readings.append(conditions_row(backend, run_id, "after", config_id))
+            tables["conditions"].extend(readings)
             tables["samples"].extend(windows.sample_rows(run_id, config_id))
+            verdict = add_gpu_processes(windows.verdict, readings)
             rate = windows.median_rate()
-            if rate > best.get(dtype, (0.0,))[0]:
-                best[dtype] = (rate, windows.units, workload.threads or threads, config_id)
-            progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s")
+            # A clean round beats any disturbed one; a ceiling never comes from disturbed
+            # windows while a clean round exists.
+            key = (not verdict.disturbed, rate)
+            if dtype not in best or key > best[dtype][0]:
+                best[dtype] = (key, windows.units, workload.threads or threads, config_id, verdict)
+            note = " (disturbed)" if verdict.disturbed else ""
+            progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s{note}")
         rounds += 1
 
     def bandwidth_sweep(kernel, sizes, workload_for, level_windows, words) -> None:
         """Time `kernel` at each working set; each level's ceiling is its best plateau point."""
         nonlocal done
+        wait_until_idle()
         config_id = f"stream/{kernel}"
         tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
         points = []
@@ -243,7 +289,7 @@ def run_ceilings(
             for size in sizes:
                 workload = workload_for(size)
                 kernel_threads = workload.threads or threads
-                windows = time_workload(backend, workload, settings.window_s, settings.windows)
+                windows = timed(workload)
                 rate = windows.median_rate()
                 # one pass touches the whole working set, unless the workload says otherwise
                 working_set = workload.working_set_bytes or workload.amount_per_unit
@@ -252,7 +298,7 @@ def run_ceilings(
                     None,
                 )
                 point_id = f"{config_id}/ws{working_set}"
-                points.append((working_set, rate, level, point_id))
+                points.append((working_set, rate, level, point_id, windows.verdict))
                 tables["samples"].extend(windows.sample_rows(run_id, point_id))
                 tables["ceiling_sweep"].append(
                     {
@@ -268,18 +314,33 @@ def run_ceilings(
                         "window_s": settings.window_s,
                         "iqr_ratio": windows.iqr_ratio(),
                         "level": level,
+                        **windows.verdict.columns(),
                     }
                 )
                 done += 1
-                progress.update(f"{kernel} {working_set} B: {rate / 1e9:.1f} GB/s", done / total)
+                note = " (disturbed)" if windows.verdict.disturbed else ""
+                progress.update(
+                    f"{kernel} {working_set} B: {rate / 1e9:.1f} GB/s{note}", done / total
+                )
         tables["conditions"].extend(during_rows(run_id, during))
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
         flags = _flags(tables, {config_id}, settings.max_clock_change)
+        readings = [c for c in tables["conditions"] if c["config_id"] == config_id]
+        for *_, verdict in points:
+            add_gpu_processes(verdict, readings)
+        for row in tables["ceiling_sweep"]:
+            if row["config_id"].startswith(f"{config_id}/"):
+                row.update(next(p[4] for p in points if p[3] == row["config_id"]).columns())
         for level, (lo, hi) in level_windows.items():
-            on_plateau = [(ws, rate, pid) for ws, rate, name, pid in points if name == level]
+            on_plateau = [p for p in points if p[2] == level]
             if not on_plateau:
                 continue  # the sweep did not reach this plateau; no ceiling is claimed
-            _, value, best_point = max(on_plateau, key=lambda point: point[1])
+            # The best clean point; only where every point was disturbed, the best of those,
+            # and the ceiling carries that point's flag.
+            clean_points = [p for p in on_plateau if not p[4].disturbed]
+            _, value, _, best_point, verdict = max(
+                clean_points or on_plateau, key=lambda point: point[1]
+            )
             tables["ceilings"].append(
                 {
                     "run_id": run_id,
@@ -297,11 +358,12 @@ def run_ceilings(
                     ),
                     "cache_state": "warm",
                     "threads": kernel_threads,
-                    "working_set_min_bytes": min(ws for ws, _, _ in on_plateau),
-                    "working_set_max_bytes": max(ws for ws, _, _ in on_plateau),
+                    "working_set_min_bytes": min(p[0] for p in on_plateau),
+                    "working_set_max_bytes": max(p[0] for p in on_plateau),
                     "n_points": len(on_plateau),
                     "config_id": best_point,
                     **flags,
+                    **verdict.columns(),
                 }
             )
 
@@ -329,7 +391,7 @@ def run_ceilings(
         tables["ceilings"].append(_blas_ceiling(backend, dtype, settings, run_id, tables, progress))
     fma_round()
 
-    for dtype, (rate, iters, fma_threads, config_id) in best.items():
+    for dtype, ((_, rate), iters, fma_threads, config_id, verdict) in best.items():
         tables["ceilings"].append(
             {
                 "run_id": run_id,
@@ -349,6 +411,7 @@ def run_ceilings(
                 "n_points": rounds,
                 "config_id": config_id,
                 **_flags(tables, {config_id}, settings.max_clock_change),
+                **verdict.columns(),
             }
         )
 
@@ -361,6 +424,7 @@ def run_ceilings(
             started_at=started,
             ended_at=utc_now(),
             settings=_settings_record(settings, threads, high),
+            quiet=quiet,
         )
     ]
     return tables
@@ -370,20 +434,23 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     n = settings.blas_n
     config_id = f"blas/{dtype}/n{n}"
     operands = backend.gemm_operands(n, n, n, dtype, "nn", seed=0)
-    tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
-    with backend.sampling_conditions(config_id) as during:
-        samples = measure(
-            lambda: backend.matmul(operands),
-            backend,
-            settings.blas_timing,
-            "warm",
-            progress,
-            label=config_id,
+    wait_until_idle()  # numba's pool may still spin from the kernels before it
+    before = conditions_row(backend, run_id, "before", config_id)
+    timing = replace(settings.blas_timing, disturbance=settings.disturbance)
+    with backend.sampling_conditions(config_id) as during, backend.limited_library_threads():
+        measured = measure(
+            lambda: backend.matmul(operands), backend, timing, "warm", progress, label=config_id
         )
-    tables["conditions"].extend(during_rows(run_id, during))
-    tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
-    tables["samples"].extend(sample_rows(run_id, config_id, "warm", samples, 2 * n**3, "FLOP"))
-    seconds = [s.seconds for s in samples]
+        threads = backend.library_threads()
+    readings = [before, *during_rows(run_id, during)]
+    readings.append(conditions_row(backend, run_id, "after", config_id))
+    tables["conditions"].extend(readings)
+    tables["samples"].extend(
+        sample_rows(run_id, config_id, "warm", measured.samples, 2 * n**3, "FLOP")
+    )
+    verdict = add_gpu_processes(measured.verdict, readings)
+    # The clean samples in the order they were taken: a window of consecutive clean samples.
+    seconds = [s.seconds for s in clean(measured.samples)]
     window = min(settings.windows, len(seconds))
     fastest_s, windows = fastest_window_median(seconds, window)
     sustained = format_quantity(2 * n**3 / statistics.median(seconds), "flop_rate", 4)
@@ -407,14 +474,16 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
             f"(the median of all {len(seconds)}, under the clocks they saw: {sustained})"
         ),
         "cache_state": "warm",
-        "threads": backend.library_threads(),
+        "threads": threads,
         "n_points": 1,
         "config_id": config_id,
         **_flags(tables, {config_id}, settings.max_clock_change),
+        **verdict.columns(),
     }
 
 
 def _settings_record(settings: CeilingSettings, threads: int, high: int) -> dict:
     record = replace(settings, threads=threads, max_working_set_bytes=high).__dict__.copy()
-    record["blas_timing"] = settings.blas_timing.__dict__
+    record["blas_timing"] = settings.blas_timing.record()
+    record["disturbance"] = asdict(settings.disturbance)
     return record

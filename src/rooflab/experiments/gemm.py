@@ -6,15 +6,10 @@ import itertools
 from dataclasses import dataclass
 
 from rooflab.backends.base import Backend, BackendError
+from rooflab.disturbance import add_gpu_processes
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
-from rooflab.experiments.runs import conditions_row, during_rows, run_row
-from rooflab.experiments.timing import (
-    Progress,
-    TimingSettings,
-    measure,
-    sample_rows,
-    summarize,
-)
+from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
+from rooflab.experiments.timing import Progress, TimingSettings, measure, sample_rows
 from rooflab.model import gemm_ledger, tensor_bytes
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
@@ -94,6 +89,9 @@ def run_gemm_sweep(
         configs = [c for c in configs if c.config_id in passed_config_ids]
     check_fits(backend, configs)  # refuse before measuring anything
     run_id = run_id or new_run_id()
+    quiet = None
+    if timing is not None:
+        quiet = quiet_check(backend, timing.disturbance, f"gemm {name}")
     started = utc_now()
     tables: dict[str, list[dict]] = {"conditions": [], "correctness": []}
     if timing is not None:
@@ -110,9 +108,12 @@ def run_gemm_sweep(
         ):
             continue  # a wrong result is recorded, never timed
         if timing is not None:
-            _time_config(backend, config, operands, sweep, timing, run_id, tables, progress)
+            with backend.limited_library_threads() as threads:
+                _time_config(
+                    backend, config, operands, sweep, timing, run_id, tables, progress, threads
+                )
     tables["conditions"].append(conditions_row(backend, run_id, "after"))
-    settings = {"sweep": sweep, "timing": timing.__dict__ if timing else None}
+    settings = {"sweep": sweep, "timing": timing.record() if timing else None}
     kind = "correctness" if timing is None else "gemm"
     tables["runs"] = [
         run_row(
@@ -123,6 +124,7 @@ def run_gemm_sweep(
             started_at=started,
             ended_at=utc_now(),
             settings=settings,
+            quiet=quiet,
         )
     ]
     return tables
@@ -166,14 +168,16 @@ def _check_config(backend, config, operands, run_id, seed, tables) -> bool:
     return all(check.passed for check in checks)
 
 
-def _time_config(backend, config, operands, sweep, timing, run_id, tables, progress) -> None:
+def _time_config(
+    backend, config, operands, sweep, timing, run_id, tables, progress, threads
+) -> None:
     ids = {"run_id": run_id, "config_id": config.config_id}
     shape = {"m": config.m, "n": config.n, "k": config.k}
     ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
     for cache_state in sweep["cache_states"]:
         before = conditions_row(backend, run_id, "before", config.config_id)
         with backend.sampling_conditions(config.config_id) as during:
-            samples = measure(
+            measured = measure(
                 lambda: backend.matmul(operands),
                 backend,
                 timing,
@@ -186,9 +190,12 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
         tables["conditions"].extend(readings)
         flags = clock_flags(readings, timing.max_clock_change)
         tables["samples"].extend(
-            sample_rows(run_id, config.config_id, cache_state, samples, ledger.flops, "FLOP")
+            sample_rows(
+                run_id, config.config_id, cache_state, measured.samples, ledger.flops, "FLOP"
+            )
         )
-        summary = summarize([s.seconds for s in samples], timing.noisy_iqr_ratio)
+        summary = measured.summary(timing.noisy_iqr_ratio)
+        verdict = add_gpu_processes(measured.verdict, readings)
         tables["gemm_points"].append(
             {
                 **ids,
@@ -212,5 +219,7 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
                 "flush_method": backend.flush_method if cache_state == "cold" else None,
                 "flush_bytes": backend.flush_bytes if cache_state == "cold" else 0,
                 **flags,
+                "threads": threads,
+                **verdict.columns(),
             }
         )

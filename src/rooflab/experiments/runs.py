@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 
 from rooflab.backends.base import Backend
+from rooflab.disturbance import DisturbanceSettings, QuietCheck, wait_for_quiet
 from rooflab.records import SCHEMA_VERSION, git_state, stable_hash
 
 
@@ -18,6 +19,7 @@ def run_row(
     started_at: datetime,
     ended_at: datetime,
     settings: dict,
+    quiet: QuietCheck | None = None,
 ) -> dict:
     metadata = backend.run_metadata()
     commit, dirty = git_state()
@@ -40,7 +42,20 @@ def run_row(
         "git_dirty": dirty,
         "config_hash": stable_hash(settings),
         "settings": json.dumps(settings, sort_keys=True, default=str),
+        **(quiet.columns() if quiet else {}),
     }
+
+
+def quiet_check(backend: Backend, settings: DisturbanceSettings, label: str) -> QuietCheck:
+    """Before measuring: wait (bounded) for other processes to leave the CPUs this backend's
+    measurement needs (all its threads on a CPU, one to drive a GPU) and the GPU."""
+    cpus = backend.default_threads() if backend.host_contention_matters else 1
+    return wait_for_quiet(
+        settings,
+        cpus_needed=cpus,
+        label=label,
+        gpu_other_processes=backend.gpu_other_processes,
+    )
 
 
 def conditions_row(backend: Backend, run_id: str, phase: str, config_id: str | None = None) -> dict:

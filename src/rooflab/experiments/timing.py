@@ -1,19 +1,23 @@
 """The sampling loop: warm up by time, then take samples by time with a floor on their count.
 
 Read against DESIGN.md §4: warm-up ends before the first sample; for `cold`, the cache flush runs
-before each sample and outside the timed region; the clock is read after each sample, also outside
-it; every raw sample is kept and summarised by median and IQR, never by the fastest alone.
+before each sample and outside the timed region; the clock and what the rest of the machine took
+from the sample (rooflab.disturbance) are read after each sample, also outside it; every raw sample
+is kept; a disturbed one is left out of the statistics and re-taken, a bounded number of times;
+the clean ones are summarised by median and IQR, never by the fastest alone.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from rooflab.backends.base import Backend
+from rooflab.disturbance import DisturbanceSettings, PhaseDisturbance, Verdict, judge, probe
 
 CACHE_STATES = ("warm", "cold")
 
@@ -31,16 +35,50 @@ class TimingSettings:
     # fraction of a second of sustained GEMMs and raises it again at rest, so a peak measured
     # right after a long warm-up is the capped rate, below what short runs (a sweep's) reach.
     cooldown_s: float = 0.0
+    disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
 
     @classmethod
-    def from_config(cls, timing: dict) -> TimingSettings:
-        return cls(**timing)
+    def from_config(cls, timing: dict, disturbance: dict | None = None) -> TimingSettings:
+        return cls(**timing, disturbance=DisturbanceSettings.from_config(disturbance or {}))
+
+    def record(self) -> dict:
+        """The settings as the run's `settings` record holds them."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
 class Sample:
     seconds: float
     clock_mhz: float | None
+    # What the rest of the machine took from it (rooflab.disturbance); None where unread.
+    wait_s: float | None = None
+    cpu_s: float | None = None
+    involuntary_switches: int | None = None
+    disturbed: bool = False
+
+
+def take_sample(
+    backend: Backend, call: Callable[[], object], disturbance: DisturbanceSettings
+) -> Sample:
+    """Time one call; read the run-queue wait and CPU time of this process around it and the
+    clock after it, all outside the timed interval."""
+    the_probe = probe()
+    before = the_probe.snapshot()
+    seconds = backend.time_call(call)
+    after = the_probe.snapshot()
+    clock_mhz = backend.sample_clock_mhz()
+    taken = the_probe.sample(
+        before, after, seconds, disturbance, judge_wait=backend.host_delays_enter_timing()
+    )
+    return Sample(
+        seconds, clock_mhz, taken.wait_s, taken.cpu_s, taken.involuntary_switches, taken.disturbed
+    )
+
+
+def clean(samples: list[Sample]) -> list[Sample]:
+    """The samples the statistics use: the undisturbed ones, or all where none is."""
+    undisturbed = [s for s in samples if not s.disturbed]
+    return undisturbed or samples
 
 
 def sample_rows(
@@ -57,6 +95,10 @@ def sample_rows(
             "clock_mhz": s.clock_mhz,
             "amount": amount,
             "amount_unit": unit,
+            "wait_s": s.wait_s,
+            "cpu_s": s.cpu_s,
+            "involuntary_switches": s.involuntary_switches,
+            "disturbed": s.disturbed,
         }
         for i, s in enumerate(samples)
     ]
@@ -119,6 +161,17 @@ class Progress:
         print(f"[{self.label}] {text} ({elapsed:.0f} s elapsed{eta})", file=self.stream, flush=True)
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """Every sample taken (disturbed ones included, flagged) and the verdict on them."""
+
+    samples: list[Sample]
+    verdict: Verdict
+
+    def summary(self, noisy_iqr_ratio: float) -> Summary:
+        return summarize([s.seconds for s in clean(self.samples)], noisy_iqr_ratio)
+
+
 def measure(
     call: Callable[[], object],
     backend: Backend,
@@ -126,7 +179,7 @@ def measure(
     cache_state: str,
     progress: Progress | None = None,
     label: str | None = None,
-) -> list[Sample]:
+) -> Measurement:
     """Warm up, then take samples; `label` names the sampling phase for profilers (NVTX)."""
     if cache_state not in CACHE_STATES:
         raise ValueError(f"cache_state must be one of {CACHE_STATES}, got {cache_state!r}")
@@ -143,18 +196,47 @@ def measure(
     if settings.cooldown_s > 0:
         time.sleep(settings.cooldown_s)
 
+    # Sampling stops once min_samples undisturbed samples and min_time_s are in; disturbed
+    # samples do not count, and are re-taken up to retake_factor x min_samples of them.
+    disturbance = settings.disturbance
+    max_disturbed = math.ceil(disturbance.retake_factor * settings.min_samples)
     samples: list[Sample] = []
-    with backend.nvtx_range(label or f"rooflab/{cache_state}"):
+    n_clean = 0
+    with (
+        backend.nvtx_range(label or f"rooflab/{cache_state}"),
+        probe().measuring_phase() as phase,
+    ):
         started = time.perf_counter()
         while len(samples) < settings.max_samples:
             elapsed = time.perf_counter() - started
-            if len(samples) >= settings.min_samples and elapsed >= settings.min_time_s:
+            enough = n_clean >= settings.min_samples or len(samples) - n_clean >= max_disturbed
+            if enough and elapsed >= settings.min_time_s:
                 break
             if cache_state == "cold":
                 backend.flush_cache()  # outside the timed region
                 backend.synchronize()
-            seconds = backend.time_call(call)
-            samples.append(Sample(seconds, backend.sample_clock_mhz()))
+            sample = take_sample(backend, call, disturbance)
+            samples.append(sample)
+            n_clean += not sample.disturbed
             if progress:
                 progress.update(f"{cache_state}: {len(samples)} samples")
-    return samples
+    verdict = judge_samples(samples, phase, backend, settings.min_samples, disturbance)
+    return Measurement(samples, verdict)
+
+
+def judge_samples(
+    samples: list[Sample],
+    phases: list[PhaseDisturbance],
+    backend: Backend,
+    min_clean: int,
+    disturbance: DisturbanceSettings,
+    what: str = "samples",
+) -> Verdict:
+    return judge(
+        samples,
+        phases,
+        disturbance,
+        min_clean=min_clean,
+        what=what,
+        judge_other_cpus=backend.host_contention_matters,
+    )

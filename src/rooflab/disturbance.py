@@ -1,0 +1,402 @@
+"""What the rest of the machine took from a measurement, as data (DESIGN.md §4).
+
+A sample is only as good as the CPU time its threads got. On a shared machine another process can
+hold a core while one of the measuring threads waits for it: a two-thread GEMM then waits a whole
+scheduler slice, every call, so its samples are steadily wrong (30 ms for a 0.7 ms GEMM) with a
+small spread that no noise rule sees. The kernel counts that wait exactly, per thread:
+
+- run-queue wait: `/proc/self/task/<tid>/schedstat`, second field, ns a runnable thread of this
+  process waited for a CPU. Read before and after every timed sample (outside the timed call);
+- CPU time of the process (CLOCK_PROCESS_CPUTIME_ID) and its involuntary context switches
+  (getrusage), beside the wall time;
+- over a whole sampling phase: the CPU time every other process used (`/proc/stat`'s busy ticks
+  minus this process's CPU time; ticks are 10 ms, so only a phase, not a sample, is long enough)
+  and the time the hypervisor stole (`/proc/stat` steal).
+
+A sample is `disturbed` when its threads waited for a CPU longer than `max_wait_fraction` of its
+wall time. A measurement (GEMM point, sweep point, ceiling) is disturbed when it could not collect
+its clean samples within the retake bound, when other processes used more than `max_other_cpus`
+CPUs on average while it sampled (they compete for caches and memory even from another core), when
+the hypervisor stole more than `max_steal_fraction` of the CPUs' time, or (GPU) when another
+process used the device. Every reading is read only: nothing here changes the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROC_TASKS = Path("/proc/self/task")
+PROC_STAT = Path("/proc/stat")
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# A quiet-check window: long enough for /proc/stat's 10 ms ticks to resolve a tenth of a CPU.
+QUIET_WINDOW_S = 0.5
+
+
+@dataclass(frozen=True)
+class DisturbanceSettings:
+    # A sample is disturbed when its threads waited on a run queue longer than this fraction of it.
+    max_wait_fraction: float = 0.05
+    # Disturbed samples are left out and re-taken, at most this many times the minimum sample
+    # count (and this many times the minimum sampling time); then the measurement is flagged.
+    retake_factor: float = 2.0
+    # A measurement is disturbed when other processes used more CPUs than this on average while it
+    # sampled (CPU backend), or the hypervisor stole more than this fraction of the CPUs' time.
+    max_other_cpus: float = 0.25
+    max_steal_fraction: float = 0.02
+    # Before measuring, wait up to quiet_wait_s for other processes to use at most
+    # quiet_max_other_cpus CPUs; then go on, and record the warning in the run.
+    quiet_wait_s: float = 30.0
+    quiet_max_other_cpus: float = 0.1
+
+    @classmethod
+    def from_config(cls, section: dict) -> DisturbanceSettings:
+        return cls(**section)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Counters of this process (and the machine) at one instant."""
+
+    wait_ns_by_tid: dict[int, int]
+    cpu_ns: int
+    involuntary_switches: int
+    busy_ticks: int | None  # all CPUs, user + nice + system + irq + softirq
+    steal_ticks: int | None
+    monotonic_s: float
+
+
+@dataclass(frozen=True)
+class SampleDisturbance:
+    """What the machine took from one timed sample (or ceiling window)."""
+
+    wait_s: float | None  # run-queue wait of this process's threads; None where unreadable
+    cpu_s: float  # CPU time of this process
+    involuntary_switches: int
+    disturbed: bool
+
+
+@dataclass(frozen=True)
+class PhaseDisturbance:
+    """What other processes and the hypervisor used over a whole sampling phase."""
+
+    seconds: float
+    other_cpus: float | None  # mean CPUs used by other processes; None where /proc/stat is absent
+    steal_fraction: float | None  # stolen share of all CPUs' time
+
+
+class DisturbanceProbe:
+    """Reads the counters above for this process; one per process (`probe()`)."""
+
+    def __init__(self, tasks: Path = PROC_TASKS, stat: Path = PROC_STAT):
+        self.tasks, self.stat = tasks, stat
+        self._fds: dict[int, int] = {}
+        self._excluded: set[int] = set()
+        self._lock = threading.Lock()
+        self.unavailable: str | None = None
+        if not tasks.is_dir() or not any(tasks.glob("*/schedstat")):
+            self.unavailable = f"no {tasks}/<tid>/schedstat (not Linux, or no CONFIG_SCHED_INFO)"
+        self.cpus = os.cpu_count() or 1
+
+    def exclude_current_thread(self) -> None:
+        """Leave the calling thread out of the wait (a background reader, not a measuring
+        thread: its wake-ups are not the measurement's)."""
+        with self._lock:
+            self._excluded.add(threading.get_native_id())
+
+    def include_current_thread(self) -> None:
+        with self._lock:
+            self._excluded.discard(threading.get_native_id())
+
+    def _wait_ns_by_tid(self) -> dict[int, int]:
+        if self.unavailable:
+            return {}
+        waits: dict[int, int] = {}
+        try:
+            tids = [int(name) for name in os.listdir(self.tasks)]
+        except OSError:
+            return waits
+        with self._lock:
+            excluded = set(self._excluded)
+            for tid in tids:
+                if tid in excluded:
+                    continue
+                try:
+                    fd = self._fds.get(tid)
+                    if fd is None:
+                        fd = self._fds[tid] = os.open(self.tasks / str(tid) / "schedstat", 0)
+                    waits[tid] = int(os.pread(fd, 128, 0).split()[1])
+                except (OSError, IndexError, ValueError):  # the thread ended meanwhile
+                    self._forget(tid)
+            for tid in set(self._fds) - set(tids):
+                self._forget(tid)
+        return waits
+
+    def _forget(self, tid: int) -> None:
+        fd = self._fds.pop(tid, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _machine_ticks(self) -> tuple[int | None, int | None]:
+        try:
+            with open(self.stat, "rb") as stat:
+                fields = stat.readline().split()
+        except OSError:
+            return None, None
+        if len(fields) < 9 or fields[0] != b"cpu":
+            return None, None
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+        return user + nice + system + irq + softirq, steal
+
+    def snapshot(self, machine: bool = False) -> Snapshot:
+        """This process's counters; the machine's /proc/stat ticks too when `machine`."""
+        busy, steal = self._machine_ticks() if machine else (None, None)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return Snapshot(
+            wait_ns_by_tid=self._wait_ns_by_tid(),
+            cpu_ns=time.process_time_ns(),
+            involuntary_switches=usage.ru_nivcsw,
+            busy_ticks=busy,
+            steal_ticks=steal,
+            monotonic_s=time.monotonic(),
+        )
+
+    def sample(
+        self,
+        before: Snapshot,
+        after: Snapshot,
+        seconds: float,
+        settings: DisturbanceSettings,
+        judge_wait: bool = True,
+    ) -> SampleDisturbance:
+        """One sample's disturbance; `judge_wait` False records the wait without judging it
+        (where host delays cannot enter the timed interval: a held GPU stream)."""
+        wait_s = None
+        if not self.unavailable:
+            wait_ns = sum(
+                max(0, ns - before.wait_ns_by_tid.get(tid, 0))
+                for tid, ns in after.wait_ns_by_tid.items()
+            )
+            wait_s = wait_ns * 1e-9
+        disturbed = bool(
+            judge_wait and wait_s is not None and wait_s > settings.max_wait_fraction * seconds
+        )
+        return SampleDisturbance(
+            wait_s=wait_s,
+            cpu_s=(after.cpu_ns - before.cpu_ns) * 1e-9,
+            involuntary_switches=after.involuntary_switches - before.involuntary_switches,
+            disturbed=disturbed,
+        )
+
+    def phase(self, before: Snapshot, after: Snapshot) -> PhaseDisturbance:
+        seconds = max(after.monotonic_s - before.monotonic_s, 1e-9)
+        if before.busy_ticks is None or after.busy_ticks is None:
+            return PhaseDisturbance(seconds, None, None)
+        busy_s = (after.busy_ticks - before.busy_ticks) / CLOCK_TICKS_PER_S
+        ours_s = (after.cpu_ns - before.cpu_ns) * 1e-9
+        steal_s = (after.steal_ticks - before.steal_ticks) / CLOCK_TICKS_PER_S
+        return PhaseDisturbance(
+            seconds=seconds,
+            other_cpus=max(0.0, busy_s - ours_s) / seconds,
+            steal_fraction=max(0.0, steal_s) / (seconds * self.cpus),
+        )
+
+    @contextlib.contextmanager
+    def measuring_phase(self) -> Iterator[list[PhaseDisturbance]]:
+        """Yields a list that holds the phase's PhaseDisturbance once the block ends."""
+        result: list[PhaseDisturbance] = []
+        before = self.snapshot(machine=True)
+        try:
+            yield result
+        finally:
+            result.append(self.phase(before, self.snapshot(machine=True)))
+
+
+_PROBE: DisturbanceProbe | None = None
+
+
+def probe() -> DisturbanceProbe:
+    global _PROBE
+    if _PROBE is None:
+        _PROBE = DisturbanceProbe()
+    return _PROBE
+
+
+@dataclass
+class Verdict:
+    """A measurement's verdict: `disturbed`, and why (None when clean)."""
+
+    n_disturbed: int = 0
+    other_cpus: float | None = None
+    steal_fraction: float | None = None
+    gpu_other_processes: int | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def disturbed(self) -> bool:
+        return bool(self.reasons)
+
+    @property
+    def disturbance(self) -> str | None:
+        return "; ".join(self.reasons) or None
+
+    def columns(self) -> dict:
+        """The columns every measurement row carries (gemm_points, ceilings, ceiling_sweep)."""
+        return {
+            "disturbed": self.disturbed,
+            "disturbance": self.disturbance,
+            "n_disturbed": self.n_disturbed,
+            "other_cpus": self.other_cpus,
+            "steal_fraction": self.steal_fraction,
+            "gpu_other_processes": self.gpu_other_processes,
+        }
+
+
+def judge(
+    samples: list,
+    phases: list[PhaseDisturbance],
+    settings: DisturbanceSettings,
+    *,
+    min_clean: int,
+    what: str = "samples",
+    judge_other_cpus: bool = True,
+    gpu_other_processes: int | None = None,
+) -> Verdict:
+    """The verdict on a measurement from its samples (each with `.disturbed`, `.wait_s`,
+    `.seconds`) and its sampling phases."""
+    disturbed = [s for s in samples if s.disturbed]
+    clean = len(samples) - len(disturbed)
+    verdict = Verdict(n_disturbed=len(disturbed), gpu_other_processes=gpu_other_processes)
+    if disturbed and clean < min_clean:
+        worst = max(disturbed, key=lambda s: s.wait_s / s.seconds if s.seconds > 0 else 0)
+        verdict.reasons.append(
+            f"{len(disturbed)} of {len(samples)} {what} disturbed, {clean} clean of the "
+            f"{min_clean} needed: threads waited for a CPU up to {worst.wait_s * 1e3:.3g} ms "
+            f"({worst.wait_s / worst.seconds:.0%} of a {worst.seconds * 1e3:.3g} ms sample)"
+        )
+    spans = [p for p in phases if p.seconds > 0]
+    total_s = sum(p.seconds for p in spans)
+    if spans and all(p.other_cpus is not None for p in spans):
+        verdict.other_cpus = sum(p.other_cpus * p.seconds for p in spans) / total_s
+        verdict.steal_fraction = sum(p.steal_fraction * p.seconds for p in spans) / total_s
+        if judge_other_cpus and verdict.other_cpus > settings.max_other_cpus:
+            verdict.reasons.append(
+                f"other processes used {verdict.other_cpus:.2f} CPUs while it sampled "
+                f"(limit {settings.max_other_cpus:g})"
+            )
+        if verdict.steal_fraction > settings.max_steal_fraction:
+            verdict.reasons.append(
+                f"the hypervisor stole {verdict.steal_fraction:.1%} of the CPUs' time "
+                f"(limit {settings.max_steal_fraction:.1%})"
+            )
+    add_gpu_processes(verdict, gpu_other_processes)
+    return verdict
+
+
+def add_gpu_processes(verdict: Verdict, readings_or_count) -> Verdict:
+    """Other processes on the GPU, from a count or from condition readings (their
+    `gpu_other_processes`, the most any reading saw): a measurement that shared the device is
+    disturbed."""
+    if isinstance(readings_or_count, list):
+        counts = [r.get("gpu_other_processes") for r in readings_or_count]
+        counts = [c for c in counts if c is not None]
+        count = max(counts) if counts else None
+    else:
+        count = readings_or_count
+    if count is None:
+        return verdict
+    verdict.gpu_other_processes = count
+    if count:
+        verdict.reasons.append(f"{count} other process(es) used the GPU while it sampled")
+    return verdict
+
+
+@dataclass(frozen=True)
+class QuietCheck:
+    """What the machine was doing before a run measured: recorded in the `runs` row."""
+
+    other_cpus: float | None  # at the last check
+    waited_s: float
+    warning: str | None  # set when the machine stayed busy past the wait
+
+    def columns(self) -> dict:
+        return {
+            "busy_other_cpus": self.other_cpus,
+            "quiet_waited_s": self.waited_s,
+            "busy_warning": self.warning,
+        }
+
+
+def other_cpus_now(window_s: float = QUIET_WINDOW_S, the_probe: DisturbanceProbe | None = None):
+    """CPUs other processes used over the next `window_s` (this process sleeps meanwhile)."""
+    the_probe = the_probe or probe()
+    before = the_probe.snapshot(machine=True)
+    time.sleep(window_s)
+    return the_probe.phase(before, the_probe.snapshot(machine=True)).other_cpus
+
+
+def wait_for_quiet(
+    settings: DisturbanceSettings,
+    *,
+    cpus_needed: int,
+    label: str,
+    gpu_other_processes=None,
+    window_s: float = QUIET_WINDOW_S,
+    stream=None,
+) -> QuietCheck:
+    """Wait, up to settings.quiet_wait_s, until other processes leave the CPUs this measurement
+    needs (`cpus_needed` of the machine's) and, with `gpu_other_processes` (a callable), the GPU.
+    Then go on either way; the warning says what was still busy (pyperf's stance on load)."""
+    stream = stream or sys.stderr
+    the_probe = probe()
+    allowed = settings.quiet_max_other_cpus + max(0, the_probe.cpus - cpus_needed)
+    started = time.monotonic()
+    announced = False
+    while True:
+        other = other_cpus_now(window_s, the_probe)
+        gpu_others = gpu_other_processes() if gpu_other_processes else 0
+        busy = []
+        if other is not None and other > allowed:
+            busy.append(f"other processes used {other:.2f} CPUs (this run needs {cpus_needed})")
+        if gpu_others:
+            busy.append(f"{gpu_others} other process(es) used the GPU")
+        waited = time.monotonic() - started
+        if not busy:
+            return QuietCheck(other, round(waited, 3), None)
+        if waited >= settings.quiet_wait_s:
+            warning = (
+                f"busy machine: {'; '.join(busy)} after waiting {waited:.0f} s for quiet; "
+                "measured anyway, and disturbed samples are flagged"
+            )
+            print(f"[{label}] warning: {warning}", file=stream, flush=True)
+            return QuietCheck(other, round(waited, 3), warning)
+        if not announced:
+            print(
+                f"[{label}] waiting up to {settings.quiet_wait_s:g} s for quiet: {'; '.join(busy)}",
+                file=stream,
+                flush=True,
+            )
+            announced = True
+
+
+def wait_until_idle(max_s: float = 1.0, window_s: float = 0.02, max_busy: float = 0.05) -> float:
+    """Wait until this process's own threads stop using CPU, so that one thread pool is active
+    at a time: OpenBLAS's workers spin about 0.1 s after a GEMM, OpenMP's a few ms after a
+    numba kernel, and either would take a core from the next pool's threads. Returns the seconds
+    waited (at most max_s)."""
+    started = time.monotonic()
+    while True:
+        cpu_before = time.process_time()
+        time.sleep(window_s)
+        busy = (time.process_time() - cpu_before) / window_s
+        waited = time.monotonic() - started
+        if busy <= max_busy or waited >= max_s:
+            return waited
