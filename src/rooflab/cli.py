@@ -453,12 +453,20 @@ def cmd_query(args) -> None:
 
 def cmd_runs(args) -> None:
     rows = _query_rows(args.db, "SELECT * FROM run_summary ORDER BY started_at, run_id")
+    warnings = [(row["run_id"], row["busy_warning"]) for row in rows if row["busy_warning"]]
     if args.format == "table":
         for row in rows:
             row["git_commit"] = (row["git_commit"] or "")[:10]  # enough to find it
             row["started_at"] = (row["started_at"] or "")[:19]
+            # "2/24": measurements flagged disturbed of those judged; blank before schema 2
+            judged = row.pop("n_judged")
+            row["n_disturbed"] = "" if judged is None else f"{row['n_disturbed']}/{judged}"
+            row["busy_warning"] = "busy" if row["busy_warning"] else ""
             del row["ended_at"]
     _print_result(rows, args.format)
+    if args.format == "table":
+        for run_id, warning in warnings:
+            print(f"rooflab: run {run_id}: {warning}", file=sys.stderr)
 
 
 def cmd_report(args) -> None:

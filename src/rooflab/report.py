@@ -50,6 +50,11 @@ WIDTH = 640
 ROOFLINE_SIZE = (WIDTH, 480)  # width, height (px) of the Roofline charts' plot area
 REUSE_PANEL_SIZE = (280, 220)  # one panel of the per-sweep time and efficiency charts
 ABOVE_ROOF = 1.05  # efficiency beyond measurement noise: a roof that is too low
+# A measurement other processes took time from (rooflab.disturbance): ringed on the Roofline,
+# its own colour in the sample distributions
+DISTURBED_LABEL = "disturbed: other processes took time from the measurement"
+DISTURBED_COLOR = "#7b3294"
+NOT_JUDGED = "not judged (a run of an older rooflab)"
 
 
 @dataclass
@@ -129,7 +134,8 @@ def _ceilings(connection, scope) -> pd.DataFrame:
         """
         WITH ceiling AS (
             SELECT run_id, config_id, kind, name, kernel, dtype, value, unit,
-                   working_set_min_bytes, working_set_max_bytes, n_points
+                   working_set_min_bytes, working_set_max_bytes, n_points,
+                   coalesce(disturbed, false) AS disturbed, disturbance
             FROM latest_ceilings
             WHERE machine_id = ? AND backend = ?
             QUALIFY row_number() OVER (PARTITION BY kind, name ORDER BY value DESC) = 1
@@ -151,7 +157,7 @@ def _ceilings(connection, scope) -> pd.DataFrame:
         )
         SELECT c.kind, c.name, c.kernel, c.dtype, c.value, c.unit, c.working_set_min_bytes,
                c.working_set_max_bytes, c.n_points, w.n_windows, w.iqr_ratio, r.rounds_min,
-               r.rounds_max
+               r.rounds_max, c.disturbed, c.disturbance
         FROM ceiling AS c
         LEFT JOIN windows AS w USING (run_id, config_id)
         LEFT JOIN rounds AS r
@@ -229,6 +235,15 @@ _COUNTERS_STATE = """
 """
 
 
+def _disturbance_sql(alias: str) -> str:
+    """A GEMM point's disturbance as the charts show it: the reason, "no", or "not judged" where
+    the flag is null (a run recorded before rooflab judged disturbance)."""
+    return (
+        f"CASE WHEN {alias}.disturbed THEN coalesce({alias}.disturbance, 'yes') "
+        f"WHEN NOT {alias}.disturbed THEN 'no' ELSE '{NOT_JUDGED}' END"
+    )
+
+
 def _machine(scope) -> dict:
     return {"machine": scope["machine_id"], "backend": scope["backend"]}
 
@@ -242,6 +257,9 @@ def _points(connection, scope) -> pd.DataFrame:
                l.intensity, l.median_s, l.achieved_flops_per_s, l.attainable_flops_per_s,
                l.efficiency, l.limiter, l.bound_s, l.run_id, l.compute_path, l.q_source,
                coalesce(g.noisy, false) AS noisy,
+               coalesce(g.disturbed, false) AS disturbed,
+               g.disturbed IS NOT NULL AS judged,  -- false: a run of an older rooflab
+               {_disturbance_sql("g")} AS disturbance,
                (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
                c.clock_min_mhz, c.clock_max_mhz
         FROM latest AS l
@@ -588,6 +606,26 @@ def roofline_chart(
     pts = with_time_text(points, "median_s").assign(
         x=points.intensity, y=points.achieved_flops_per_s
     )
+    point_tooltip = [
+        alt.Tooltip("config_id:N", title="config"),
+        alt.Tooltip("cache_state:N", title="cache state"),
+        alt.Tooltip("m:Q", title="M"),
+        alt.Tooltip("n:Q", title="N"),
+        alt.Tooltip("k:Q", title="K"),
+        alt.Tooltip("median_s_text:N", title="median time"),
+        alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".1%"),
+        alt.Tooltip("clock_min_mhz:Q", title="clock min during samples (MHz)", format=".0f"),
+        alt.Tooltip("clock_max_mhz:Q", title="clock max during samples (MHz)", format=".0f"),
+        alt.Tooltip("achieved_flops_per_s:Q", title="achieved (FLOP/s)", format=".3~s"),
+        alt.Tooltip("attainable_flops_per_s:Q", title="attainable (FLOP/s)", format=".3~s"),
+        alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
+        alt.Tooltip("limiter:N", title="limiter"),
+        alt.Tooltip("level:N", title="level"),
+        alt.Tooltip("intensity:Q", title="intensity (FLOP/byte)", format=".3~g"),
+        alt.Tooltip("q_source:N", title="bytes from (q_source)"),
+        alt.Tooltip("disturbance:N", title="disturbed by other processes"),
+        alt.Tooltip("run_id:N", title="run"),
+    ]
     point_layer = (
         alt.Chart(pts)
         .mark_point(size=60, filled=True, opacity=0.8)
@@ -596,36 +634,45 @@ def roofline_chart(
             y=alt.Y("y:Q", scale=y_scale),
             color=alt.Color("dtype:N", title="dtype"),
             shape=alt.Shape("cache_state:N", title="cache state"),
-            tooltip=[
-                alt.Tooltip("config_id:N", title="config"),
-                alt.Tooltip("cache_state:N", title="cache state"),
-                alt.Tooltip("m:Q", title="M"),
-                alt.Tooltip("n:Q", title="N"),
-                alt.Tooltip("k:Q", title="K"),
-                alt.Tooltip("median_s_text:N", title="median time"),
-                alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".1%"),
-                alt.Tooltip(
-                    "clock_min_mhz:Q", title="clock min during samples (MHz)", format=".0f"
-                ),
-                alt.Tooltip(
-                    "clock_max_mhz:Q", title="clock max during samples (MHz)", format=".0f"
-                ),
-                alt.Tooltip("achieved_flops_per_s:Q", title="achieved (FLOP/s)", format=".3~s"),
-                alt.Tooltip("attainable_flops_per_s:Q", title="attainable (FLOP/s)", format=".3~s"),
-                alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
-                alt.Tooltip("limiter:N", title="limiter"),
-                alt.Tooltip("level:N", title="level"),
-                alt.Tooltip("intensity:Q", title="intensity (FLOP/byte)", format=".3~g"),
-                alt.Tooltip("q_source:N", title="bytes from (q_source)"),
-                alt.Tooltip("run_id:N", title="run"),
-            ],
+            tooltip=point_tooltip,
         )
     )
     return (
-        alt.layer(base_lines, *text_layers, point_layer)
+        alt.layer(base_lines, *text_layers, *_disturbed_rings(pts, x_scale, y_scale), point_layer)
         .properties(width=ROOFLINE_SIZE[0], height=ROOFLINE_SIZE[1])
         .resolve_scale(x="shared", y="shared")
     )
+
+
+def _disturbed_rings(pts: pd.DataFrame, x_scale, y_scale) -> list:
+    """A ring around each disturbed point, under the points, with its own legend entry; none
+    (and no legend entry) where no point is disturbed."""
+    import altair as alt
+
+    if "disturbed" not in pts or not pts.disturbed.any():
+        return []
+    # the points' own data, filtered in the spec: a disturbed point's row is stored once
+    return [
+        alt.Chart(pts)
+        .transform_filter("datum.disturbed")
+        .transform_calculate(flag=json.dumps(DISTURBED_LABEL))
+        .mark_point(shape="circle", size=260, filled=False, strokeWidth=2)
+        .encode(
+            x=alt.X("x:Q", scale=x_scale),
+            y=alt.Y("y:Q", scale=y_scale),
+            stroke=alt.Stroke(
+                "flag:N",
+                title="measurement",
+                scale=alt.Scale(domain=[DISTURBED_LABEL], range=[DISTURBED_COLOR]),
+            ),
+            tooltip=[
+                alt.Tooltip("config_id:N", title="config"),
+                alt.Tooltip("cache_state:N", title="cache state"),
+                alt.Tooltip("disturbance:N", title="disturbed by other processes"),
+                alt.Tooltip("run_id:N", title="run"),
+            ],
+        )
+    ]
 
 
 def _cache_capacities(machine_json) -> list[dict]:

@@ -151,9 +151,20 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
                     "bound_s": b.bound_s,
                     "limiter": b.limiter,
                     "efficiency": achieved / b.attainable_flops_per_s,
+                    **timing_flags(point),
                 }
             )
     return points
+
+
+def timing_flags(point: dict) -> dict:
+    """The timing's flags a Roofline point carries, so a chart or a query can mark it: noisy,
+    and disturbed with its reason (null for timings recorded before disturbance was)."""
+    return {
+        "noisy": point.get("noisy"),
+        "disturbed": point.get("disturbed"),
+        "disturbance": point.get("disturbance"),
+    }
 
 
 def _timings_by_run(gemm_run_dirs: Iterable[Path]) -> dict[str, list[dict]]:
@@ -233,7 +244,10 @@ def counter_points(
                 continue
             counted = {lv: q for lv, q in levels.items() if q is not None}
             notes += [f"{what}: {why}" for why in bypassed_levels(counted).values()]
-            points += [{**row, "ceilings_run_id": machine["run_id"]} for row in rows]
+            points += [
+                {**row, "ceilings_run_id": machine["run_id"], **timing_flags(paired.timing)}
+                for row in rows
+            ]
     return points, notes
 
 

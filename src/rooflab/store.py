@@ -126,10 +126,23 @@ VIEWS_SQL = {
     """,
     # One row per run. The clock is in MHz: the measured CPU clock for CPU runs, the SM clock for
     # GPU runs, from the condition readings and the reading taken after each sample.
+    # n_disturbed of n_judged: the run's GEMM points, sweep points and ceilings flagged disturbed
+    # (null for runs recorded before disturbance was); busy_warning: the quiet check's warning.
     "run_summary": """
         WITH gemm AS (
             SELECT run_id, count(*) AS n_gemm_points, count(*) FILTER (WHERE noisy) AS n_noisy
             FROM gemm_points
+            GROUP BY run_id
+        ),
+        disturbed AS (
+            SELECT run_id, count(*) FILTER (WHERE disturbed) AS n_disturbed,
+                count(*) AS n_judged
+            FROM (
+                SELECT run_id, disturbed FROM gemm_points
+                UNION ALL SELECT run_id, disturbed FROM ceilings
+                UNION ALL SELECT run_id, disturbed FROM ceiling_sweep
+            )
+            WHERE disturbed IS NOT NULL
             GROUP BY run_id
         ),
         failed AS (
@@ -165,10 +178,13 @@ VIEWS_SQL = {
             r.backend, r.device_name, cache.cache_states, clock.clock_min_mhz,
             clock.clock_max_mhz, coalesce(gemm.n_gemm_points, 0) AS n_gemm_points,
             coalesce(gemm.n_noisy, 0) AS n_noisy,
+            disturbed.n_disturbed, disturbed.n_judged,
+            r.busy_warning,
             coalesce(failed.n_failed_correctness, 0) AS n_failed_correctness,
             r.git_commit, r.git_dirty, r.schema_version
         FROM runs AS r
         LEFT JOIN gemm USING (run_id)
+        LEFT JOIN disturbed USING (run_id)
         LEFT JOIN failed USING (run_id)
         LEFT JOIN cache USING (run_id)
         LEFT JOIN clock USING (run_id)

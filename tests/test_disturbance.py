@@ -1,0 +1,205 @@
+"""Disturbance detection against real competition: a busy process pinned to the measuring
+thread's CPU makes that thread wait on the run queue, and rooflab must see it."""
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from rooflab.backends.cpu import CpuBackend
+from rooflab.conditions import ClockUnavailable, measure_cpu_clock_hz
+from rooflab.disturbance import (
+    DisturbanceProbe,
+    DisturbanceSettings,
+    PhaseDisturbance,
+    judge,
+    other_cpus_now,
+    probe,
+    wait_for_quiet,
+)
+from rooflab.experiments.timing import TimingSettings, measure
+
+linux_schedstat = pytest.mark.skipif(
+    DisturbanceProbe().unavailable is not None
+    or not hasattr(os, "sched_setaffinity")
+    or len(os.sched_getaffinity(0)) < 1,
+    reason="needs /proc/<tid>/schedstat and CPU affinity (Linux)",
+)
+
+
+@contextlib.contextmanager
+def busy_process(cpu: int | None):
+    """Another process spinning, pinned to `cpu` (None: anywhere)."""
+    code = "while True: pass"
+    process = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        if cpu is not None:
+            os.sched_setaffinity(process.pid, {cpu})
+        time.sleep(0.2)  # it is running before we measure
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def pinned(cpu: int):
+    """This thread on one CPU (and back to the CPUs it had)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def one_sample(work_s: float) -> tuple[float, object]:
+    the_probe = probe()
+    before = the_probe.snapshot()
+    started = time.perf_counter()
+    spin(work_s)
+    seconds = time.perf_counter() - started
+    return seconds, the_probe.sample(before, the_probe.snapshot(), seconds, DisturbanceSettings())
+
+
+@linux_schedstat
+def test_a_thread_sharing_its_cpu_is_seen_waiting_and_flagged():
+    cpu = min(os.sched_getaffinity(0))
+    with pinned(cpu):
+        quiet = [one_sample(0.03)[1] for _ in range(3)]
+        with busy_process(cpu):
+            # 100 ms of this thread's work on a CPU shared with a spinning process: the scheduler
+            # splits the CPU, so the thread waits for a good part of the wall time.
+            seconds, loaded = one_sample(0.1)
+    assert loaded.disturbed
+    assert loaded.wait_s > 0.2 * seconds
+    # the wall time is the CPU it got plus the time it waited for one
+    assert loaded.cpu_s < 0.8 * seconds
+    assert loaded.cpu_s + loaded.wait_s == pytest.approx(seconds, rel=0.2)
+    # Without the competitor, at least one of three samples is clean (a shared CI machine may
+    # preempt one now and then, never all three by this much).
+    assert any(not q.disturbed for q in quiet), quiet
+
+
+@linux_schedstat
+def test_other_processes_cpu_is_measured_over_a_phase():
+    with busy_process(None):
+        other = other_cpus_now(0.5)
+    assert other is not None and other > 0.6  # one spinning process is about one CPU
+
+
+def test_judge_flags_a_measurement_that_lacked_clean_samples():
+    settings = DisturbanceSettings()
+    sample = lambda disturbed, wait: SimpleNamespace(  # noqa: E731
+        disturbed=disturbed, wait_s=wait, seconds=0.001
+    )
+    phase = [PhaseDisturbance(seconds=1.0, other_cpus=0.0, steal_fraction=0.0)]
+    clean = [sample(False, 0.0)] * 10
+    assert not judge(clean + [sample(True, 0.03)] * 5, phase, settings, min_clean=10).disturbed
+    verdict = judge(clean[:3] + [sample(True, 0.03)] * 20, phase, settings, min_clean=10)
+    assert verdict.disturbed and verdict.n_disturbed == 20
+    assert "20 of 23 samples disturbed, 3 clean of the 10 needed" in verdict.disturbance
+    assert "up to 30 ms (3000% of a 1 ms sample)" in verdict.disturbance
+    busy = [PhaseDisturbance(seconds=1.0, other_cpus=0.9, steal_fraction=0.0)]
+    verdict = judge(clean, busy, settings, min_clean=10)
+    assert verdict.disturbance == "other processes used 0.90 CPUs while it sampled (limit 0.25)"
+    # a GPU's timing: other processes' host CPU does not count, other GPU users do
+    verdict = judge(clean, busy, settings, min_clean=10, judge_other_cpus=False)
+    assert not verdict.disturbed and verdict.other_cpus == pytest.approx(0.9)
+    verdict = judge(clean, phase, settings, min_clean=10, gpu_other_processes=2)
+    assert verdict.disturbance == "2 other process(es) used the GPU while it sampled"
+    stolen = [PhaseDisturbance(seconds=1.0, other_cpus=0.0, steal_fraction=0.1)]
+    assert "stole 10.0%" in judge(clean, stolen, settings, min_clean=10).disturbance
+    columns = verdict.columns()
+    assert columns["disturbed"] and columns["gpu_other_processes"] == 2
+
+
+@linux_schedstat
+def test_a_steadily_slowed_gemm_is_flagged_not_published(monkeypatch):
+    """The issue's `m64 warm`: every sample steadily slow with a small spread. Each sample
+    waits for its CPU, so each is disturbed; retakes end at their bound and the point is
+    flagged, though its spread would pass the noise rule."""
+    backend = CpuBackend()
+    cpu = min(os.sched_getaffinity(0))
+    settings = TimingSettings(warmup_s=0.01, min_time_s=0.1, min_samples=5)
+    with pinned(cpu), busy_process(cpu):
+        measured = measure(lambda: spin(0.004), backend, settings, "warm")
+    verdict = measured.verdict
+    assert verdict.disturbed, verdict
+    disturbed = [s for s in measured.samples if s.disturbed]
+    assert len(disturbed) >= settings.disturbance.retake_factor * settings.min_samples
+    assert len(measured.samples) - len(disturbed) < settings.min_samples
+    assert "disturbed" in verdict.disturbance and "waited for a CPU" in verdict.disturbance
+
+
+@linux_schedstat
+def test_disturbed_samples_are_left_out_and_retaken():
+    """A competitor that leaves after a while: the samples it disturbed are kept as rows but
+    the statistics come from the clean ones, and the point is not flagged."""
+    backend = CpuBackend()
+    cpu = min(os.sched_getaffinity(0))
+    settings = TimingSettings(warmup_s=0.01, min_time_s=0.3, min_samples=10)
+    settings = replace(settings, disturbance=DisturbanceSettings(retake_factor=100))
+    competitor = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.time() + 0.15\nwhile time.time() < end: pass",
+        ]
+    )
+    os.sched_setaffinity(competitor.pid, {cpu})
+    with pinned(cpu):
+        measured = measure(lambda: spin(0.002), backend, settings, "warm")
+    competitor.wait()
+    clean = [s for s in measured.samples if not s.disturbed]
+    assert len(clean) >= settings.min_samples
+    assert any(s.disturbed for s in measured.samples)  # the competitor was seen
+    summary = measured.summary(settings.noisy_iqr_ratio)
+    assert summary.n_samples == len(clean)
+    assert summary.median_s < 0.004  # the slowed samples do not reach the median
+
+
+@linux_schedstat
+def test_the_clock_probe_never_reads_a_preempted_run():
+    """A competitor on the same CPU: every reading is a plausible clock or none at all."""
+    cpu = min(os.sched_getaffinity(0))
+    with pinned(cpu):
+        quiet_hz = max(measure_cpu_clock_hz(min_time_s=5e-5) for _ in range(20))
+        readings = []
+        with busy_process(cpu):
+            for _ in range(200):
+                with contextlib.suppress(ClockUnavailable):
+                    readings.append(measure_cpu_clock_hz(min_time_s=5e-5))
+    assert readings, "no reading at all in 200 probes"
+    assert min(readings) > 0.8 * quiet_hz, (min(readings), quiet_hz)
+
+
+@linux_schedstat
+def test_wait_for_quiet_waits_then_goes_on_with_a_warning(capsys):
+    settings = DisturbanceSettings(quiet_wait_s=0.6)
+    cpus = len(os.sched_getaffinity(0))
+    with busy_process(None):
+        check = wait_for_quiet(settings, cpus_needed=cpus, label="test")
+    assert check.warning is not None and check.waited_s >= 0.6
+    assert "busy machine: other processes used" in check.warning
+    assert "waiting up to 0.6 s for quiet" in capsys.readouterr().err
+    assert check.columns()["busy_warning"] == check.warning
+    # one GPU user, no CPU load: still waited for
+    check = wait_for_quiet(
+        replace(settings, quiet_max_other_cpus=cpus),
+        cpus_needed=cpus,
+        label="test",
+        gpu_other_processes=lambda: 1,
+    )
+    assert "1 other process(es) used the GPU" in check.warning
