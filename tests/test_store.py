@@ -88,11 +88,16 @@ def gemm_run(
     n_samples=5,
     failing_m=128,
     noisy_m=32,
+    disturbed_m=None,
+    busy_warning=None,
 ):
-    """A CPU GEMM run: every table, two cache states, one configuration failing its check."""
+    """A CPU GEMM run: every table, two cache states, one configuration failing its check; the
+    cold point of `disturbed_m` flagged disturbed, and the run's busy warning where given."""
     run_id = new_run_id(started_at)
     tables = {name: [] for name in ("conditions", "samples", "gemm_points", "correctness")}
-    tables["runs"] = [_run_row(run_id, "gemm", sweep, started_at, machine_id)]
+    tables["runs"] = [
+        {**_run_row(run_id, "gemm", sweep, started_at, machine_id), "busy_warning": busy_warning}
+    ]
     tables["conditions"] = _conditions(run_id, started_at, [3.1, 3.0, 2.9, 3.05])
     for m, n, k in SHAPES:
         config_id = f"{sweep}/fp32/nn/m{m}_n{n}_k{k}"
@@ -153,9 +158,15 @@ def gemm_run(
                     "noisy": m == noisy_m,
                     "flush_method": "write 64 MiB buffer" if cache_state == "cold" else None,
                     "flush_bytes": 64 << 20 if cache_state == "cold" else 0,
+                    **_disturbance(m == disturbed_m and cache_state == "cold"),
                 }
             )
     return write_run(Path(out) / "gemm" / sweep / "runs", run_id, tables)
+
+
+def _disturbance(disturbed: bool) -> dict:
+    reason = "12 of 17 samples disturbed, 5 clean of the 10 needed" if disturbed else None
+    return {"disturbed": disturbed, "disturbance": reason, "n_disturbed": 12 if disturbed else 0}
 
 
 def ceilings_run(out, *, machine_id="m-alpha", started_at=T0, dram_b_per_s=50e9):
@@ -409,6 +420,31 @@ def test_run_summary_has_one_row_per_run(results, db):
     assert (c["kind"], c["cache_states"], c["n_gemm_points"]) == ("ceilings", "warm", 0)
     assert c["clock_min_mhz"] == pytest.approx(3100.0)
     assert c["clock_max_mhz"] == pytest.approx(3200.0)
+
+
+def test_run_summary_counts_disturbed_measurements_and_the_busy_warning(results, db, capsys):
+    warning = "busy machine: other processes used 1.00 CPUs (this run needs 2)"
+    busy = gemm_run(results, disturbed_m=32, busy_warning=warning)
+    quiet = gemm_run(results, started_at=T0 + timedelta(hours=1))
+    old = ceilings_run(results, started_at=T0 + timedelta(hours=2))  # no disturbance columns
+    ingest(db, results)
+    summary = {r["run_id"]: r for r in rows(db, "SELECT * FROM run_summary")}
+    assert (summary[busy.name]["n_disturbed"], summary[busy.name]["n_judged"]) == (1, 4)
+    assert summary[busy.name]["busy_warning"] == warning
+    assert (summary[quiet.name]["n_disturbed"], summary[quiet.name]["busy_warning"]) == (0, None)
+    assert summary[old.name]["n_disturbed"] is None  # recorded before disturbance was
+    assert main(["runs", "--db", str(db)]) == 0
+    captured = capsys.readouterr()
+    lines = {line.split()[0]: line for line in captured.out.splitlines()[1:]}
+    assert " 1/4 " in lines[busy.name] and " busy " in lines[busy.name]
+    assert " 0/4 " in lines[quiet.name] and " busy " not in lines[quiet.name]
+    assert f"rooflab: run {busy.name}: {warning}" in captured.err
+    disturbed = rows(db, "SELECT run_id, config_id, cache_state FROM gemm_points WHERE disturbed")
+    assert disturbed == [
+        {"run_id": busy.name, "config_id": "decode/fp32/nn/m32_n64_k64", "cache_state": "cold"}
+    ]
+    # the newest run of that configuration is clean, and the latest view shows it
+    assert rows(db, "SELECT count(*) AS n FROM latest_gemm_points WHERE disturbed") == [{"n": 0}]
 
 
 def test_hidden_partial_folders_are_ignored(results, db):

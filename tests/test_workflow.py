@@ -17,6 +17,7 @@ from tests.conftest import REPO, copy_workflow, installed_script, run_rooflab
 TINY = {
     "backend": "cpu",
     "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
+    "disturbance": {"quiet_wait_s": 5},  # a busy CI machine: warn after 5 s, not 30 s per job
     "ceilings": {
         "points_per_octave": 2,
         "kernels": ["triad"],
@@ -186,7 +187,11 @@ def test_killed_measuring_job_leaves_no_rows(tmp_path):
     assert sql(workdir, "SELECT count(*) FROM samples")[0][0] == 0
 
 
-README_QUERIES = re.findall(r"```sql\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+README_QUERIES = [
+    query
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    for query in re.findall(r"```sql\n(.*?)```", page.read_text(), re.DOTALL)
+]
 
 
 @pytest.mark.parametrize("text", README_QUERIES, ids=[q.splitlines()[0] for q in README_QUERIES])
