@@ -115,12 +115,13 @@ def test_judge_flags_a_measurement_that_lacked_clean_samples():
     verdict = judge(clean, busy, settings, min_clean=10)
     assert verdict.disturbance == "other processes used 0.90 CPUs while it sampled (limit 0.25)"
     # a GPU's timing: other processes' host CPU does not count, other GPU users do
-    verdict = judge(clean, busy, settings, min_clean=10, judge_other_cpus=False)
+    verdict = judge(clean, busy, settings, min_clean=10, judge_host=False)
     assert not verdict.disturbed and verdict.other_cpus == pytest.approx(0.9)
     verdict = judge(clean, phase, settings, min_clean=10, gpu_other_processes=2)
     assert verdict.disturbance == "2 other process(es) used the GPU while it sampled"
     stolen = [PhaseDisturbance(seconds=1.0, other_cpus=0.0, steal_fraction=0.1)]
     assert "stole 10.0%" in judge(clean, stolen, settings, min_clean=10).disturbance
+    assert not judge(clean, stolen, settings, min_clean=10, judge_host=False).disturbed
     columns = verdict.columns()
     assert columns["disturbed"] and columns["gpu_other_processes"] == 2
 

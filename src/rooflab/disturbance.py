@@ -267,11 +267,12 @@ def judge(
     *,
     min_clean: int,
     what: str = "samples",
-    judge_other_cpus: bool = True,
+    judge_host: bool = True,
     gpu_other_processes: int | None = None,
 ) -> Verdict:
     """The verdict on a measurement from its samples (each with `.disturbed`, `.wait_s`,
-    `.seconds`) and its sampling phases."""
+    `.seconds`) and its sampling phases. `judge_host` False: other processes' CPU use and the
+    hypervisor's steal are recorded but not judged (a GPU's events time the device)."""
     disturbed = [s for s in samples if s.disturbed]
     clean = len(samples) - len(disturbed)
     verdict = Verdict(n_disturbed=len(disturbed), gpu_other_processes=gpu_other_processes)
@@ -287,12 +288,12 @@ def judge(
     if spans and all(p.other_cpus is not None for p in spans):
         verdict.other_cpus = sum(p.other_cpus * p.seconds for p in spans) / total_s
         verdict.steal_fraction = sum(p.steal_fraction * p.seconds for p in spans) / total_s
-        if judge_other_cpus and verdict.other_cpus > settings.max_other_cpus:
+        if judge_host and verdict.other_cpus > settings.max_other_cpus:
             verdict.reasons.append(
                 f"other processes used {verdict.other_cpus:.2f} CPUs while it sampled "
                 f"(limit {settings.max_other_cpus:g})"
             )
-        if verdict.steal_fraction > settings.max_steal_fraction:
+        if judge_host and verdict.steal_fraction > settings.max_steal_fraction:
             verdict.reasons.append(
                 f"the hypervisor stole {verdict.steal_fraction:.1%} of the CPUs' time "
                 f"(limit {settings.max_steal_fraction:.1%})"

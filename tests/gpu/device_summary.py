@@ -104,8 +104,14 @@ def summary(db: str) -> str:
         db,
         "SELECT count(*) AS points, count(*) FILTER (WHERE noisy) AS noisy, "
         "count(*) FILTER (WHERE clock_moved) AS moved, "
-        "count(*) FILTER (WHERE clock_capped) AS capped "
+        "count(*) FILTER (WHERE clock_capped) AS capped, "
+        "count(*) FILTER (WHERE disturbed) AS disturbed, "
+        "string_agg(DISTINCT disturbance, ' | ') AS why "
         "FROM latest_gemm_points WHERE backend = 'cuda'",
+    )
+    busy = _rows(
+        db,
+        "SELECT run_id, busy_warning FROM runs WHERE backend = 'cuda' AND busy_warning NOT NULL",
     )
     (failed,) = _rows(
         db, "SELECT count(DISTINCT config_id) AS configs FROM correctness WHERE NOT passed"
@@ -117,8 +123,11 @@ def summary(db: str) -> str:
     lines += [
         "",
         f"GEMM points {counts['points']}: noisy {counts['noisy']}, clock moved {counts['moved']}, "
-        f"capped {counts['capped']}; configurations failing correctness: {failed['configs']}",
+        f"capped {counts['capped']}, disturbed {counts['disturbed']}"
+        f"{' (' + counts['why'] + ')' if counts['why'] else ''}; "
+        f"configurations failing correctness: {failed['configs']}",
         f"timing: {'; '.join(sorted(t for t in timing if t))}",
+        *(f"busy machine: run {r['run_id']}: {r['busy_warning']}" for r in busy),
     ]
     return "\n".join(lines + counters_lines(db))
 

@@ -238,5 +238,5 @@ def judge_samples(
         disturbance,
         min_clean=min_clean,
         what=what,
-        judge_other_cpus=backend.host_contention_matters,
+        judge_host=backend.host_contention_matters,
     )
