@@ -945,3 +945,150 @@ def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(co
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_constructed_counters_report_renders_in_a_real_browser(constructed_report, tmp_path):
     _render_in_browser(constructed_report["report"], tmp_path)
+
+
+# -- disturbance (issue 24) from CONSTRUCTED records ---------------------------------------------
+#
+# The constructed campaign is written as rooflab 1 wrote runs (schema_version 1, no disturbance
+# columns: null in the store). The disturbed store edits it into a schema-2 campaign where one
+# GEMM point and one ceiling were disturbed and the timing run warned of a busy machine.
+
+DISTURBED_REASON = "other processes used 1.50 CPUs while it sampled (limit 0.5)"
+CEILING_REASON = "4 of 9 windows disturbed, <b>5</b> clean of the 8 needed"
+HOSTILE_WARNING = "busy machine: <script>alert('busy')</script> & 2.1 CPUs used"
+
+
+def _edit_run(run_dir: Path, edit) -> None:
+    """Rewrite a run folder's tables after `edit(tables)` (rows as dicts)."""
+    tables = {name: table.to_pylist() for name, table in read_run(run_dir).items()}
+    edit(tables)
+    shutil.rmtree(run_dir)
+    write_run(run_dir.parent, run_dir.name, tables)
+
+
+def _judged(rows: list[dict], disturbed=lambda row: False, reason=None) -> None:
+    for row in rows:
+        flagged = disturbed(row)
+        row.update(disturbed=flagged, disturbance=reason if flagged else None)
+        row["n_disturbed"] = 1 if flagged else 0
+
+
+@pytest.fixture(scope="module")
+def disturbed_report(tmp_path_factory):
+    from tests import constructed_counters as constructed
+
+    results = tmp_path_factory.mktemp("disturbed") / "results"
+    runs = constructed.write_campaign(results)
+    target = (constructed.config_id(64), "cold")
+
+    def ceilings(tables):
+        tables["runs"][0]["schema_version"] = 2
+        _judged(tables["ceilings"], lambda row: row["name"] == "L2", CEILING_REASON)
+
+    def gemm(tables):
+        (run,) = tables["runs"]
+        run.update(schema_version=2, busy_warning=HOSTILE_WARNING, busy_other_cpus=2.1)
+        _judged(
+            tables["gemm_points"],
+            lambda row: (row["config_id"], row["cache_state"]) == target,
+            DISTURBED_REASON,
+        )
+        # six samples per point: five the statistics used, one disturbed and left out (10x
+        # slower); the disturbed point's samples are all disturbed, so all of them were used
+        tables["samples"] = [
+            {"run_id": point["run_id"], "config_id": point["config_id"]}
+            | {"cache_state": point["cache_state"], "sample_idx": i}
+            | {"seconds": point["median_s"] * factor, "disturbed": disturbed}
+            for point in tables["gemm_points"]
+            for i, (factor, disturbed) in enumerate(
+                [(f, point["disturbed"]) for f in (0.98, 0.99, 1.0, 1.01, 1.02)] + [(10.0, True)]
+            )
+        ]
+
+    _edit_run(runs["ceilings"], ceilings)
+    _edit_run(runs["gemm"], gemm)
+    ceilings_by_machine = latest_ceilings_by_machine([runs["ceilings"]])
+    write_points(
+        roofline_points([runs["gemm"]], ceilings_by_machine),
+        results / "roofline" / "roofline_points.parquet",
+    )
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    return {
+        "db": db,
+        "report": build_report(db, results.parent / "report"),
+        "target": f"{target[0]} · {target[1]}",
+    }
+
+
+def _point_rows(spec: dict) -> list[dict]:
+    return [r for rows in spec["datasets"].values() for r in rows if "achieved_flops_per_s" in r]
+
+
+def test_roofline_rings_the_disturbed_point_and_its_tooltip_says_why(disturbed_report):
+    from rooflab.report import DISTURBED_LABEL
+    from tests import constructed_counters as constructed
+
+    report = disturbed_report["report"]
+    spec = report.specs["roofline"]
+    rows = _point_rows(spec)
+    assert len(rows) == 4  # stored once, though two layers draw the disturbed one
+    flagged = [(r["config_id"], r["cache_state"]) for r in rows if r["disturbed"]]
+    assert flagged == [(constructed.config_id(64), "cold")]
+    why = {(r["config_id"], r["cache_state"]): r["disturbance"] for r in rows}
+    assert why.pop(flagged[0]) == DISTURBED_REASON and set(why.values()) == {"no"}
+    layers = _layers(spec)
+    assert "disturbance" in {t["field"] for t in layers[-1]["encoding"]["tooltip"]}
+    (ring,) = [layer for layer in layers if "stroke" in layer.get("encoding", {})]
+    assert ring["mark"]["filled"] is False and {"filter": "datum.disturbed"} in ring["transform"]
+    assert ring["encoding"]["stroke"]["scale"]["domain"] == [DISTURBED_LABEL]
+    assert "disturbance" in {t["field"] for t in ring["encoding"]["tooltip"]}
+    assert f">{DISTURBED_LABEL}</text>" in (report.out_dir / "roofline.svg").read_text()
+
+
+def test_summary_counts_disturbed_points_and_ceilings_and_quotes_the_busy_warning(
+    disturbed_report,
+):
+    import html
+
+    page = disturbed_report["report"].index.read_text()
+    assert "<b>1</b> disturbed (ringed on the Roofline); " in page
+    assert "<b>1</b> of the 4 ceilings disturbed" in page
+    l2 = re.search(r"<tr><td>L2</td>.*?</tr>", page).group(0)
+    assert f"disturbed: {html.escape(CEILING_REASON)}</span>" in l2 and "<b>5</b>" not in l2
+    assert "disturbed" not in re.search(r"<tr><td>HBM</td>.*?</tr>", page).group(0)
+    busy = re.search(r"<p class='warning'>Taken on a busy machine: .*?</p>", page).group(0)
+    assert "<b>1</b> of the 2 run(s)" in busy and f"“{html.escape(HOSTILE_WARNING)}”" in busy
+    assert "<script>alert" not in page
+
+
+def test_distributions_leave_disturbed_samples_out_and_colour_disturbed_points(disturbed_report):
+    spec = disturbed_report["report"].specs["distributions"]
+    (rows,) = spec["datasets"].values()
+    by_label = {row["label"]: row for row in rows}
+    target = by_label.pop(disturbed_report["target"])
+    # every sample of the disturbed point was disturbed: all six were used, none left out
+    assert (target["spread"], target["n"], target["n_left_out"]) == ("disturbed", 6, 0)
+    assert target["disturbance"] == DISTURBED_REASON
+    for row in by_label.values():  # the 10x slower disturbed sample is not in the box
+        assert (row["spread"], row["n"], row["n_left_out"]) == ("steady", 5, 1)
+        assert row["max_s"] == pytest.approx(row["median_s"] * 1.02)
+    (color,) = {json.dumps(c, sort_keys=True) for c in _channel(spec, "color")}
+    assert json.loads(color)["scale"]["domain"] == ["disturbed", "noisy", "steady"]
+
+
+def test_a_store_of_runs_before_disturbance_counts_none_and_says_not_judged(constructed_report):
+    from rooflab.report import NOT_JUDGED
+
+    report = constructed_report["report"]
+    versions = query(constructed_report["db"], "SELECT DISTINCT schema_version FROM runs")
+    assert versions.column(0).to_pylist() == [1]
+    rows = _point_rows(report.specs["roofline"])
+    assert rows and not any(r["disturbed"] for r in rows)
+    assert {r["disturbance"] for r in rows} == {NOT_JUDGED}
+    assert not [
+        layer for layer in _layers(report.specs["roofline"]) if "stroke" in layer["encoding"]
+    ]
+    page = report.index.read_text()
+    assert "<b>0</b> disturbed (4 not judged: runs of an older rooflab); " in page
+    assert "ceilings disturbed" not in page and "busy machine" not in page

@@ -664,6 +664,7 @@ def _disturbed_rings(pts: pd.DataFrame, x_scale, y_scale) -> list:
                 "flag:N",
                 title="measurement",
                 scale=alt.Scale(domain=[DISTURBED_LABEL], range=[DISTURBED_COLOR]),
+                legend=alt.Legend(labelLimit=400),  # the whole sentence, not "… took ti…"
             ),
             tooltip=[
                 alt.Tooltip("config_id:N", title="config"),
@@ -852,8 +853,10 @@ def distribution_chart(quantiles: pd.DataFrame):
     x_scale = alt.Scale(type="log")
     color = alt.Color(
         "spread:N",
-        title="spread",
-        scale=alt.Scale(domain=["noisy", "steady"], range=["#e45756", "#4c78a8"]),
+        title="verdict",
+        scale=alt.Scale(
+            domain=["disturbed", "noisy", "steady"], range=[DISTURBED_COLOR, "#e45756", "#4c78a8"]
+        ),
     )
     tooltip = [
         alt.Tooltip("label:N", title="configuration"),
@@ -863,7 +866,9 @@ def distribution_chart(quantiles: pd.DataFrame):
         alt.Tooltip("median_s_text:N", title="median"),
         alt.Tooltip("p75_s_text:N", title="p75"),
         alt.Tooltip("max_s_text:N", title="max"),
-        alt.Tooltip("spread:N", title="spread"),
+        alt.Tooltip("spread:N", title="verdict"),
+        alt.Tooltip("n_left_out:Q", title="disturbed samples left out"),
+        alt.Tooltip("disturbance:N", title="disturbed by other processes"),
     ]
     times = with_time_text(quantiles, "min_s", "p25_s", "median_s", "p75_s", "max_s")
     base = alt.Chart(times).encode(y=y, color=color, tooltip=tooltip)
@@ -955,6 +960,7 @@ def change_chart(change: pd.DataFrame):
                 alt.Tooltip("noise_hi:Q", title="noise band (±)", format=".1%"),
                 alt.Tooltip("previous_run:N", title="previous run"),
                 alt.Tooltip("latest_run:N", title="latest run"),
+                alt.Tooltip("disturbed:N", title="disturbed by other processes"),
             ],
         )
     )
@@ -1215,24 +1221,42 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                 )
             )
 
+    # The samples the point's statistics used (rooflab.experiments.timing): the undisturbed
+    # ones, or all of them where every one was disturbed.
     quantiles = _df(
         connection,
-        """
+        f"""
         WITH latest AS (
-            SELECT g.run_id, g.config_id, g.cache_state, g.noisy
+            SELECT g.run_id, g.config_id, g.cache_state, g.noisy,
+                   coalesce(g.disturbed, false) AS disturbed,
+                   {_disturbance_sql("g")} AS disturbance
             FROM gemm_points AS g JOIN runs AS r USING (run_id)
             WHERE r.machine_id = ? AND r.backend = ?
             QUALIFY row_number() OVER (
                 PARTITION BY g.config_id, g.cache_state ORDER BY r.started_at DESC, g.run_id DESC
             ) = 1
+        ),
+        taken AS (
+            SELECT s.run_id, s.config_id, s.cache_state, s.seconds,
+                   coalesce(s.disturbed, false) AS sample_disturbed,
+                   count(*) FILTER (WHERE coalesce(s.disturbed, false)) OVER point
+                       AS n_disturbed_samples,
+                   count(*) FILTER (WHERE NOT coalesce(s.disturbed, false)) OVER point AS n_clean
+            FROM samples AS s JOIN latest USING (run_id, config_id, cache_state)
+            WINDOW point AS (PARTITION BY s.run_id, s.config_id, s.cache_state)
         )
         SELECT s.config_id || ' · ' || s.cache_state AS label, count(*) AS n,
                min(s.seconds) AS min_s, quantile_cont(s.seconds, 0.25) AS p25_s,
                median(s.seconds) AS median_s, quantile_cont(s.seconds, 0.75) AS p75_s,
                max(s.seconds) AS max_s,
-               CASE WHEN any_value(l.noisy) THEN 'noisy' ELSE 'steady' END AS spread
-        FROM samples AS s JOIN latest AS l USING (run_id, config_id, cache_state)
+               CASE WHEN any_value(l.disturbed) THEN 'disturbed'
+                    WHEN any_value(l.noisy) THEN 'noisy' ELSE 'steady' END AS spread,
+               CASE WHEN any_value(s.n_clean) = 0 THEN 0
+                    ELSE any_value(s.n_disturbed_samples) END AS n_left_out,
+               any_value(l.disturbance) AS disturbance
+        FROM taken AS s JOIN latest AS l USING (run_id, config_id, cache_state)
         JOIN gemm_points AS g USING (run_id, config_id, cache_state)
+        WHERE NOT s.sample_disturbed OR s.n_clean = 0
         GROUP BY s.config_id, s.cache_state, g.sweep, g.dtype, g.layout, g.n, g.k, g.m
         ORDER BY g.sweep, g.dtype, g.layout, g.n, g.k, g.m, s.cache_state
     """,
@@ -1243,9 +1267,12 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
             Chart(
                 "distributions",
                 "Sample distributions",
-                "One box per configuration and cache state (newest run): whiskers span min to max, "
-                "the box p25 to p75, the black tick is the median; red boxes were flagged noisy "
-                "(IQR / median above the threshold).",
+                "One box per configuration and cache state (newest run), over the samples its "
+                "statistics used (samples other processes took time from are left out, unless "
+                "all were): whiskers span min to max, the box p25 to p75, the black tick is the "
+                "median; red boxes were flagged noisy (IQR / median above the threshold), purple "
+                "ones disturbed (other processes took time from the measurement; disturbed wins "
+                "over noisy).",
                 distribution_chart(quantiles),
             )
         )
@@ -1273,6 +1300,7 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
         WITH ranked AS (
             SELECT g.config_id, g.cache_state, g.run_id, g.median_s,
                    (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
+                   coalesce(g.disturbed, false) AS disturbed,
                    row_number() OVER (
                        PARTITION BY g.config_id, g.cache_state
                        ORDER BY r.started_at DESC, g.run_id DESC) AS rank
@@ -1284,6 +1312,9 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                greatest(a.iqr_ratio, b.iqr_ratio) / 2 AS noise_hi,
                -greatest(a.iqr_ratio, b.iqr_ratio) / 2 AS noise_lo,
                b.run_id AS previous_run, a.run_id AS latest_run,
+               CASE WHEN a.disturbed AND b.disturbed THEN 'both runs'
+                    WHEN a.disturbed THEN 'latest run' WHEN b.disturbed THEN 'previous run'
+                    ELSE 'no' END AS disturbed,
                CASE WHEN abs(a.median_s / b.median_s - 1) <= greatest(a.iqr_ratio, b.iqr_ratio) / 2
                     THEN 'within noise'
                     WHEN a.median_s > b.median_s THEN 'slower' ELSE 'faster' END AS verdict
@@ -1395,17 +1426,44 @@ def _windows_text(ceiling) -> str:
     return text
 
 
+def _disturbed_text(ceiling) -> str:
+    if not ceiling.disturbed:
+        return ""
+    why = html.escape(str(ceiling.disturbance or "no reason stored"))
+    return f"; <span class='warning'>disturbed: {why}</span>"
+
+
+def _disturbed_points_text(points: pd.DataFrame) -> str:
+    """How many points are disturbed, and how many have no verdict (runs of an older rooflab,
+    whose flag is null: counted as not disturbed)."""
+    disturbed, unjudged = int(points.disturbed.sum()), int((~points.judged).sum())
+    notes = ["ringed on the Roofline"] if disturbed else []
+    if unjudged:
+        notes.append(f"{unjudged} not judged: runs of an older rooflab")
+    return f"<b>{disturbed}</b> disturbed" + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def _summary_html(connection, scope, facts) -> str:
     ceilings, points, failed = facts["ceilings"], facts["points"], facts["failed"]
+    # the runs behind the ceilings and points shown: a busy machine in an older run the page
+    # no longer shows is not this page's concern
+    shown = sorted({scope.get("ceilings_run_id"), *points.get("run_id", [])} - {None})
     counts = _df(
         connection,
         """
         SELECT count(*) AS runs, count(*) FILTER (WHERE kind = 'gemm') AS gemm_runs,
                min(started_at) AS first, max(started_at) AS last,
-               arg_max(backend_note, started_at) AS backend_note
-        FROM runs WHERE machine_id = ? AND backend = ?
+               arg_max(backend_note, started_at) AS backend_note,
+               count(*) FILTER (WHERE busy) AS busy_runs,
+               arg_max(run_id, started_at) FILTER (WHERE busy) AS busy_run,
+               arg_max(busy_warning, started_at) FILTER (WHERE busy) AS busy_warning
+        FROM (
+            SELECT *, busy_warning IS NOT NULL
+                      AND list_contains($shown::VARCHAR[], run_id) AS busy
+            FROM runs WHERE machine_id = $machine AND backend = $backend
+        )
     """,
-        [scope["machine_id"], scope["backend"]],
+        {**_machine(scope), "shown": shown},
     ).iloc[0]
     esc = html.escape
     backend = esc(str(scope["backend"]))
@@ -1425,6 +1483,13 @@ def _summary_html(connection, scope, facts) -> str:
     out = ["<table class='summary'>"]
     out += [f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows]
     out.append("</table>")
+    if counts.busy_runs:
+        out.append(
+            f"<p class='warning'>Taken on a busy machine: <b>{counts.busy_runs}</b> of the "
+            f"{len(shown)} run(s) behind these ceilings and points; the newest, run "
+            f"<code>{esc(str(counts.busy_run))}</code>, warned: "
+            f"“{esc(str(counts.busy_warning))}”.</p>"
+        )
 
     if ceilings.empty:
         out.append("<p>No ceilings measured on this machine yet.</p>")
@@ -1439,9 +1504,16 @@ def _summary_html(connection, scope, facts) -> str:
             out.append(
                 f"<tr><td>{esc(r.name)}</td><td class='num'>{_rate_text(r.value, r.unit)}</td>"
                 f"<td>{esc(str(r.kernel))}</td><td>{esc(str(r.dtype))}</td>"
-                f"<td>{_windows_text(r)}</td></tr>"
+                f"<td>{_windows_text(r)}{_disturbed_text(r)}</td></tr>"
             )
         out.append("</table>")
+        disturbed = int(ceilings.disturbed.sum())
+        if disturbed:
+            out.append(
+                f"<p class='warning'><b>{disturbed}</b> of the {len(ceilings)} ceilings disturbed: "
+                "other processes took time from their measurement (why: in the table), so their "
+                "values may be low and points read against them high.</p>"
+            )
         memory = ceilings[(ceilings.kind == "bandwidth") & ceilings.name.isin(MEMORY_LEVELS)]
         compute = ceilings[ceilings.kind == "compute"]
         if not memory.empty and not compute.empty:
@@ -1461,6 +1533,7 @@ def _summary_html(connection, scope, facts) -> str:
             f"<b>{limiter.get('compute', 0)}</b> compute-bound, "
             f"<b>{limiter.get('memory', 0)}</b> memory-bound; "
             f"<b>{int(points.noisy.sum())}</b> noisy; "
+            f"{_disturbed_points_text(points)}; "
             f"<b>{failed.config_id.nunique()}</b> configuration(s) failed correctness.</p>"
         )
         above = int((points.efficiency > ABOVE_ROOF).sum())
@@ -1481,7 +1554,7 @@ th, td { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 section.chart { margin: 2.5em 0; }
 p.how { color: #444; max-width: 60em; }
-ul.failed, p.warning { color: #a00; }
+ul.failed, p.warning, span.warning { color: #a00; }
 #report-errors:empty { display: none; }
 #report-errors { color: #a00; border: 1px solid #a00; padding: 0.5em; }
 """
