@@ -120,6 +120,11 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
             "clock_mhz": rng.normal(3000.0, 20.0, n_samples),
             "amount": 2.0 * (group // len(CACHE_STATES) + 1) * 4096 * 4096,  # 2MNK, m = index + 1
             "amount_unit": pa.repeat("FLOP", n_samples),
+            # what a real run records beside each sample: mostly no wait, a few disturbed
+            "wait_s": rng.exponential(1e-7, n_samples),
+            "cpu_s": rng.lognormal(np.log(1e-4), 0.05, n_samples),
+            "involuntary_switches": rng.poisson(0.01, n_samples).astype(np.int64),
+            "disturbed": rng.random(n_samples) < 0.01,
         },
         schema=TABLES["samples"],
     )

@@ -26,6 +26,10 @@ def test_write_run_is_one_folder_of_parquet_files(tmp_path):
             "clock_mhz": 3200.0,
             "amount": 2e9,
             "amount_unit": "FLOP",
+            "wait_s": 2e-6,
+            "cpu_s": 2.1e-3,
+            "involuntary_switches": 0,
+            "disturbed": False,
         }
     ]
     run_dir = write_run(tmp_path, run_id, {"samples": rows, "gemm_points": []})

@@ -254,6 +254,10 @@ def big_gemm_run(out, started_at, n_samples_rows):
             "clock_mhz": np.full(n_samples_rows, 3000.0),
             "amount": np.full(n_samples_rows, 2.0 * 64 * 64),
             "amount_unit": pa.repeat("FLOP", n_samples_rows),
+            "wait_s": np.zeros(n_samples_rows),
+            "cpu_s": np.full(n_samples_rows, 1e-5),
+            "involuntary_switches": np.zeros(n_samples_rows, dtype=np.int64),
+            "disturbed": np.zeros(n_samples_rows, dtype=bool),
         },
         schema=TABLES["samples"],
     )
