@@ -211,3 +211,11 @@ def test_wait_for_quiet_waits_then_goes_on_with_a_warning(capsys):
         gpu_other_processes=lambda: 1,
     )
     assert "1 other process(es) used the GPU" in check.warning
+
+
+def test_the_schema_defaults_are_the_settings_defaults():
+    from rooflab.config import validate_config
+
+    section = validate_config({})["disturbance"]
+    assert DisturbanceSettings.from_config(section) == DisturbanceSettings()
+    assert TimingSettings.from_config(validate_config({})["timing"], section) == TimingSettings()

@@ -50,7 +50,7 @@ class DisturbanceSettings:
     # A measurement is disturbed when other processes used more CPUs than this on average while it
     # sampled (CPU backend), or the hypervisor stole more than this fraction of the CPUs' time.
     max_other_cpus: float = 0.25
-    max_steal_fraction: float = 0.02
+    max_steal_fraction: float = 0.05
     # Before measuring, wait up to quiet_wait_s for other processes to use at most
     # quiet_max_other_cpus CPUs; then go on, and record the warning in the run.
     quiet_wait_s: float = 30.0
