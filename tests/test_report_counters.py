@@ -274,3 +274,22 @@ def test_counters_summary_scopes_an_unavailable_tool_to_its_sweeps():
     assert "<b>Hardware counters: unavailable</b> for sweep(s) tails — ncu not found;" in mixed
     assert "collected, but none" not in mixed  # the unavailable line already says model bytes
     assert counters_summary_html(counters_state(), pd.DataFrame()) == ""
+
+
+def test_hierarchical_chart_rings_the_points_of_a_disturbed_timing():
+    frame = points()
+    why = "other processes used 0.90 CPUs while it sampled (limit 0.25)"
+    disturbed = frame.config_id == config_id(CONFIGS[0][0])
+    frame = frame.assign(disturbed=disturbed, disturbance=disturbed.map({True: why, False: "no"}))
+    spec = hierarchical_roofline_chart(frame, ceilings()).to_dict()
+    points_layers = [la for la in layers(spec) if mark(la) == "point"]
+    ring, dots = points_layers  # the ring under the points
+    assert ring["mark"]["filled"] is False and ring["transform"][0] == {"filter": "datum.disturbed"}
+    ringed = [r for r in data_of(spec, ring) if r["disturbed"]]
+    assert sorted(r["level"] for r in ringed) == ["HBM", "L1", "L2"]
+    assert {r["disturbance"] for r in ringed} == {why}
+    titles = [t["title"] for t in dots["encoding"]["tooltip"]]
+    assert "disturbed by other processes" in titles
+    # a chart without disturbance columns (an older store) has no ring
+    plain = hierarchical_roofline_chart(points(), ceilings()).to_dict()
+    assert len([la for la in layers(plain) if mark(la) == "point"]) == 1

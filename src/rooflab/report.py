@@ -288,7 +288,8 @@ def _counter_points(connection, scope) -> pd.DataFrame:
                l.intensity, l.median_s, l.achieved_flops_per_s, l.attainable_flops_per_s,
                l.efficiency, l.limiter, l.limiting_level, l.compute_path, l.pairing,
                l.cache_control, l.replay_mode, l.q_source, l.calibration_ratio,
-               l.counters_run_id, l.run_id, g.bytes_model
+               l.counters_run_id, l.run_id, g.bytes_model,
+               coalesce(g.disturbed, false) AS disturbed, {_disturbance_sql("g")} AS disturbance
         FROM latest AS l
         LEFT JOIN gemm_points AS g USING (run_id, config_id, cache_state)
         ORDER BY l.sweep, l.dtype, l.n, l.k, l.m, l.cache_state, l.level

@@ -18,7 +18,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.report import ROOFLINE_SIZE, place_labels, roof_geometry, with_time_text
+from rooflab.report import (
+    ROOFLINE_SIZE,
+    _disturbed_rings,
+    place_labels,
+    roof_geometry,
+    with_time_text,
+)
 from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
@@ -153,6 +159,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         alt.Tooltip("median_s_text:N", title="median time"),
         alt.Tooltip("pairing:N", title="pairing"),
         alt.Tooltip("q_source:N", title="bytes from"),
+        alt.Tooltip("disturbance:N", title="disturbed by other processes"),
     ]
     point_tooltip = [t for t in point_tooltip if t.shorthand.split(":")[0] in pts.columns]
     point_layer = (
@@ -169,7 +176,14 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         )
     )
     return (
-        alt.layer(bandwidth_roofs, compute_roofs, *text_layers, joins, point_layer)
+        alt.layer(
+            bandwidth_roofs,
+            compute_roofs,
+            *text_layers,
+            joins,
+            *_disturbed_rings(pts, x_scale, y_scale),  # the timing behind the point was disturbed
+            point_layer,
+        )
         .properties(width=ROOFLINE_SIZE[0], height=ROOFLINE_SIZE[1])
         .resolve_scale(x="shared", y="shared")
     )
