@@ -219,3 +219,44 @@ def test_the_schema_defaults_are_the_settings_defaults():
     section = validate_config({})["disturbance"]
     assert DisturbanceSettings.from_config(section) == DisturbanceSettings()
     assert TimingSettings.from_config(validate_config({})["timing"], section) == TimingSettings()
+
+
+def test_measure_gemm_json_carries_the_verdict(tmp_path):
+    import json
+
+    import yaml
+
+    from tests.conftest import run_rooflab
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
+                "disturbance": {"quiet_wait_s": 1},
+                "sweeps": {"s": {"m": [1, 8], "n": [64], "k": [64], "dtypes": ["fp32"]}},
+            }
+        )
+    )
+    result = run_rooflab(
+        "measure",
+        "gemm",
+        "--config",
+        config,
+        "--sweep",
+        "s",
+        "--backend",
+        "cpu",
+        "--out",
+        tmp_path / "runs",
+        "--format",
+        "json",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert len(rows) == 4
+    for row in rows:
+        assert isinstance(row["disturbed"], bool) and isinstance(row["n_disturbed"], int)
+        assert (row["disturbance"] is None) == (not row["disturbed"])
+        if row["disturbed"]:  # named on stderr too, with its reason
+            assert f"disturbed: {row['config_id']} {row['cache_state']}: " in result.stderr
