@@ -117,9 +117,14 @@ def test_monitor_without_nvml_names_every_missing_field(no_nvml_monitor):
 
 
 def test_sampler_reads_in_the_background_until_stopped(no_nvml_monitor):
+    from rooflab.disturbance import probe
+
     sampler = ConditionSampler(no_nvml_monitor, "cfg", period_s=0.005).start()
     time.sleep(0.1)
+    # its wake-ups are not a measuring thread's wait: left out while it runs, and only then
+    assert sampler._thread.native_id in probe()._excluded
     readings = sampler.stop()
+    assert sampler._thread.native_id not in probe()._excluded
     assert len(readings) >= 5
     assert {r["phase"] for r in readings} == {"during"}
     assert {r["config_id"] for r in readings} == {"cfg"}

@@ -315,11 +315,14 @@ class ConditionSampler:
         from rooflab.disturbance import probe
 
         probe().exclude_current_thread()  # its wake-ups are not the measurement's
-        next_at = time.monotonic()
-        while not self._stop.is_set():
-            self.readings.append(self.monitor.reading("during", self.config_id))
-            next_at += self.period_s
-            self._stop.wait(max(0.0, next_at - time.monotonic()))
+        try:
+            next_at = time.monotonic()
+            while not self._stop.is_set():
+                self.readings.append(self.monitor.reading("during", self.config_id))
+                next_at += self.period_s
+                self._stop.wait(max(0.0, next_at - time.monotonic()))
+        finally:
+            probe().include_current_thread()  # its id may be reused by a measuring thread
 
     def start(self) -> ConditionSampler:
         self._thread.start()
