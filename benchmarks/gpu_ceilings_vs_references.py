@@ -21,7 +21,8 @@ import statistics
 import sys
 from collections.abc import Callable
 
-from rooflab.backends.base import BackendError, select_backend
+from rooflab.backends.base import BackendError
+from rooflab.backends.selection import select_backend
 
 TARGET = 0.95
 

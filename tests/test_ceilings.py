@@ -138,7 +138,7 @@ def test_quick_ceilings_keep_every_window_as_a_sample_behind_each_value(quick_ce
         assert sum(s["disturbed"] for s in windows) == point["n_disturbed"]
         assert len(windows) - point["n_disturbed"] == point["n_windows"] or point["disturbed"]
         assert {s["amount_unit"] for s in windows} == {"B"}
-        assert all(s["clock_mhz"] > 100 for s in windows)
+        assert all(s["clock_mhz"] is None or s["clock_mhz"] > 100 for s in windows)
         assert point["value"] == pytest.approx(statistics.median(rates(point["config_id"])))
         p25, median, p75 = statistics.quantiles(rates(point["config_id"]), n=4, method="inclusive")
         assert point["iqr_ratio"] == pytest.approx((p75 - p25) / median)

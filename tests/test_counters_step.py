@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflab.backends.base import select_backend
+from rooflab.backends.selection import select_backend
 from rooflab.cli import main
 from rooflab.config import validate_config
 from rooflab.counters.perf import pmu_note

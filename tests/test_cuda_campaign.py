@@ -8,9 +8,10 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from rooflab.backends.base import BackendError, cuda_problem
+from rooflab.backends.base import BackendError
 from rooflab.backends.cpu import CpuBackend
 from rooflab.backends.cublas_args import GEMM_TYPES
+from rooflab.backends.selection import cuda_problem
 from rooflab.config import load_config, load_yaml, validate_config
 from rooflab.experiments.ceilings import QUICK, check_supported, plateaus, run_ceilings
 from rooflab.experiments.correctness import tolerances

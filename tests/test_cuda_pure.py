@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rooflab.backends.base import BackendError, cuda_problem, select_backend
+from rooflab.backends.base import BackendError
 from rooflab.backends.bfloat16 import (
     BF16_NAN_BITS,
     bf16_bits_to_float32,
@@ -36,6 +36,7 @@ from rooflab.backends.cuda import (
     stream_vectors,
 )
 from rooflab.backends.random_operands import random_nonzero
+from rooflab.backends.selection import cuda_problem, select_backend
 from rooflab.experiments.correctness import check_gemm
 
 # -- bfloat16 -------------------------------------------------------------------------------------

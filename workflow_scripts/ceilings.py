@@ -3,7 +3,7 @@
 import json
 from dataclasses import replace
 
-from rooflab.backends.base import select_backend
+from rooflab.backends.selection import select_backend
 from rooflab.experiments.ceilings import run_ceilings, settings_from_config
 from rooflab.workflow import keep_run, log_to
 

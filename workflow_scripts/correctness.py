@@ -2,7 +2,7 @@
 
 import json
 
-from rooflab.backends.base import select_backend
+from rooflab.backends.selection import select_backend
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.workflow import keep_run, log_to
 

@@ -3,7 +3,7 @@ CPU), calibrated and paired with the sweep's timing run; `unavailable` with the 
 
 import json
 
-from rooflab.backends.base import select_backend
+from rooflab.backends.selection import select_backend
 from rooflab.experiments.counters import CounterSettings, counters_status, run_counters
 from rooflab.workflow import keep_run, log_to, read_receipt
 

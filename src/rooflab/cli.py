@@ -264,7 +264,7 @@ def cmd_model_stages(args) -> None:
 
 
 def _backend_and_config(args):
-    from rooflab.backends.base import select_backend
+    from rooflab.backends.selection import select_backend
 
     config = load_config(args.config) if args.config else validate_config({})
     return select_backend(args.backend or config["backend"]), config

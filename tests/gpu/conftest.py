@@ -1,11 +1,11 @@
 """Tests under tests/gpu/ need a CUDA device: they are marked `gpu` and skipped, with the reason,
-where rooflab.backends.base.cuda_problem() finds none. Run them alone with `pytest -m gpu`."""
+where rooflab.backends.selection.cuda_problem() finds none. Run them alone with `pytest -m gpu`."""
 
 from pathlib import Path
 
 import pytest
 
-from rooflab.backends.base import cuda_problem
+from rooflab.backends.selection import cuda_problem
 
 HERE = Path(__file__).resolve().parent
 _problem: list[str | None] = []

@@ -115,7 +115,7 @@ if ! (install); then
     exit 1
 fi
 PY="$VENV/bin/python"
-"$PY" -c 'from rooflab.backends.base import cuda_problem; print("cuda_problem:", cuda_problem())'
+"$PY" -c 'from rooflab.backends.selection import cuda_problem; print("cuda_problem:", cuda_problem())'
 
 if wants tests "$TESTS_TIMEOUT_S"; then
     step "GPU tests: pytest -m gpu tests/gpu (at most ${LIMIT} s)"

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from rooflab.backends.base import select_backend
+from rooflab.backends.selection import select_backend
 from rooflab.devices import matching_preset
 from rooflab.experiments.ceilings import QUICK, run_ceilings
 from rooflab.experiments.correctness import check_gemm

@@ -8,8 +8,6 @@ this interface only, so the CPU and GPU paths take the same measurements the sam
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -75,7 +73,7 @@ class Backend(ABC):
     array_module: Any = np  # numpy or cupy: where operands live and checks are computed
     memory_level: str = "DRAM"  # the name of the memory behind the last cache level
     local_cache: LocalCache | None = None
-    # How it was chosen (select_backend sets these; they go into the `runs` row).
+    # How it was chosen (backends.selection.select_backend sets these; into the `runs` row).
     backend_requested: str | None = None
     backend_note: str | None = None
     # Whether other processes' CPU use slows what this backend measures (a CPU's caches and memory
@@ -193,70 +191,3 @@ class Backend(ABC):
                 f"backend {self.name} does not support dtype {dtype!r}; "
                 f"supported: {', '.join(self.gemm_dtypes)}"
             )
-
-
-def cuda_problem() -> str | None:
-    """Why the CUDA backend cannot run here: what was looked for, what was found; None if it can."""
-    try:
-        import cupy
-    except ImportError as error:
-        return f"looked for CuPy (pip install cupy-cuda13x or cupy-cuda12x); found: {error}"
-    try:
-        from cupy.cuda import runtime
-
-        count = runtime.getDeviceCount()
-    except Exception as error:  # CUDARuntimeError: no driver, driver too old, no device
-        return (
-            f"looked for a CUDA device through CuPy {cupy.__version__} "
-            f"(CUDA runtime {_cuda_version(cupy)}); found: {error}"
-        )
-    if count < 1:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
-        return f"looked for a CUDA device; found none{where}"
-    try:
-        from cupy_backends.cuda.libs import cublas  # noqa: F401 - loads libcublas
-    except Exception as error:
-        return f"found {count} CUDA device(s) but not cuBLAS, which the GEMMs need: {error}"
-    try:
-        from cupy_backends.cuda.libs import nvrtc
-
-        nvrtc.getVersion()
-    except Exception as error:
-        return f"found {count} CUDA device(s) but not NVRTC, which compiles the kernels: {error}"
-    return None
-
-
-def _cuda_version(cupy) -> str:
-    try:
-        version = cupy.cuda.runtime.runtimeGetVersion()
-    except Exception:  # pragma: no cover - only on broken installs
-        return "unknown"
-    return f"{version // 1000}.{version % 1000 // 10}"
-
-
-def cuda_available() -> bool:
-    return cuda_problem() is None
-
-
-def select_backend(name: str) -> Backend:
-    """`cuda` needs a usable GPU (else one error saying what was looked for and what was found);
-    `auto` is CUDA when a device is usable, else the CPU, and the run record says which and why."""
-    if name not in ("auto", "cpu", "cuda"):
-        raise BackendError(f"unknown backend {name!r}; choose auto, cpu or cuda")
-    problem = None if name == "cpu" else cuda_problem()
-    if name == "cuda" and problem is not None:
-        raise BackendError(f"backend cuda asked for, but no usable CUDA device: {problem}")
-    if name != "cpu" and problem is None:
-        from rooflab.backends.cuda import CudaBackend
-
-        backend: Backend = CudaBackend()
-    else:
-        from rooflab.backends.cpu import CpuBackend
-
-        backend = CpuBackend()
-        if name == "auto":
-            backend.backend_note = f"auto: no CUDA device ({problem}); fell back to cpu"
-            print(f"rooflab: {backend.backend_note}", file=sys.stderr)
-    backend.backend_requested = name
-    return backend

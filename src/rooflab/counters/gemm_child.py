@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from rooflab.backends.base import select_backend
+from rooflab.backends.selection import select_backend
 from rooflab.counters.ncu import counters_range
 from rooflab.experiments.gemm import GemmConfig
 
