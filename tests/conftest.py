@@ -48,9 +48,38 @@ def quick_ceilings_run(tmp_path_factory) -> tuple[list[dict], Path]:
     """One `rooflab measure ceilings --quick` on the CPU (about 10 s), shared by the test modules
     that read it: (the rows it printed as JSON, its run folder). Copy the folder to change it."""
     out = tmp_path_factory.mktemp("quick_ceilings")
+    # What other processes and the hypervisor did is left unjudged here, so that which windows,
+    # points and rounds a value came from follows from the stored samples alone (used_windows,
+    # clean_round); that judgement is tested in test_disturbance.py.
+    config = out.parent / "quick_ceilings.yaml"
+    config.write_text(
+        yaml.safe_dump({"disturbance": {"max_other_cpus": 1e6, "max_steal_fraction": 1.0}})
+    )
     result = run_rooflab(
-        "measure", "ceilings", "--backend", "cpu", "--quick", "--out", out, "--format", "json"
+        "measure",
+        "ceilings",
+        "--backend",
+        "cpu",
+        "--quick",
+        "--config",
+        config,
+        "--out",
+        out,
+        "--format",
+        "json",
     )
     assert result.returncode == 0, result.stderr
     (run_dir,) = out.iterdir()
     return json.loads(result.stdout), run_dir
+
+
+def used_windows(windows: list[dict]) -> list[dict]:
+    """The samples (windows) a value comes from: the undisturbed ones, or all where none is."""
+    return [w for w in windows if not w["disturbed"]] or windows
+
+
+def clean_round(windows: list[dict], needed: int) -> bool:
+    """Whether a measurement whose host is not judged came out undisturbed: no disturbed window,
+    or its `needed` clean ones collected despite them."""
+    clean = sum(not w["disturbed"] for w in windows)
+    return clean == len(windows) or clean >= needed

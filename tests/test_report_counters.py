@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from rooflab.counters import calibrate, hierarchical_points, model_vs_counted, pair
-from rooflab.report_counters import (
+from rooflab.report.counter_charts import (
     hierarchical_roofline_chart,
     model_vs_counted_chart,
     model_vs_counted_table,
@@ -231,7 +231,7 @@ def counters_state(*rows: tuple) -> pd.DataFrame:
 
 
 def test_counters_summary_names_replays_that_give_no_point_and_why():
-    from rooflab.report import counters_summary_html
+    from rooflab.report.summary import counters_summary_html
 
     state = counters_state(
         ("status", "main", "ok", None, 4),
@@ -255,7 +255,7 @@ def test_counters_summary_names_replays_that_give_no_point_and_why():
 
 
 def test_counters_summary_scopes_an_unavailable_tool_to_its_sweeps():
-    from rooflab.report import counters_summary_html
+    from rooflab.report.summary import counters_summary_html
 
     alone = counters_summary_html(
         counters_state(("status", "main", "unavailable", "ERR_NVGPUCTRPERM", 1)), pd.DataFrame()

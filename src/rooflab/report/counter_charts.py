@@ -1,16 +1,17 @@
-"""Charts of counter-derived points, for the report to include (issue 7).
+"""Charts of counter-derived points (issue 7).
 
 - `hierarchical_roofline_chart`: NERSC-style hierarchical Roofline. Each configuration is one
   performance (its paired timing) at one intensity per memory level; its points (colour = level)
   sit on a horizontal line joining them, and each level's bandwidth roof is drawn in that level's
   colour, so a point reads against its own level's roof only. Compute roofs are grey.
-- `model_vs_counted_chart` / `model_vs_counted_table`: the cold-cache ledger Q_model beside the
-  counted HBM bytes per configuration, with the ratio and the direction.
+- `model_vs_counted_rows`, then `model_vs_counted_chart` / `model_vs_counted_table`: the
+  cold-cache ledger Q_model beside the counted HBM bytes per configuration, with the ratio and the
+  direction.
 
 Inputs are plain DataFrames: the rows of `rooflab.counters.points.hierarchical_points`, ceilings
 with `kind` ("bandwidth" | "compute"), `name` (level or path) and `value` (B/s or FLOP/s), and
-the fields of `model_vs_counted` per configuration. Altair is imported inside the functions, as in
-rooflab.report.
+the fields of `model_vs_counted` per configuration. Altair is imported inside the functions, as
+everywhere in rooflab.report.
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.report import (
-    ROOFLINE_SIZE,
-    _disturbed_rings,
-    place_labels,
-    roof_geometry,
-    with_time_text,
-)
+from rooflab.report.axes import ROOFLINE_SIZE, WIDTH, roof_geometry, with_time_text
+from rooflab.report.disturbed_marks import disturbed_rings
+from rooflab.report.labels import place_labels
+from rooflab.roofline import MEMORY_LEVELS
 from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
@@ -34,7 +32,6 @@ if TYPE_CHECKING:
 LEVEL_ORDER = ("HBM", "DRAM", "L2", "L1")  # slowest first
 LEVEL_COLOURS = {"HBM": "#d62728", "DRAM": "#d62728", "L2": "#1f77b4", "L1": "#2ca02c"}
 OTHER_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#17becf")
-WIDTH = 640
 
 
 def _levels(names) -> list[str]:
@@ -181,12 +178,36 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
             compute_roofs,
             *text_layers,
             joins,
-            *_disturbed_rings(pts, x_scale, y_scale),  # the timing behind the point was disturbed
+            *disturbed_rings(pts, x_scale, y_scale),  # the timing behind the point was disturbed
             point_layer,
         )
         .properties(width=ROOFLINE_SIZE[0], height=ROOFLINE_SIZE[1])
         .resolve_scale(x="shared", y="shared")
     )
+
+
+def model_vs_counted_rows(points: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and cache state: model bytes vs the counted memory-level bytes."""
+    import pandas as pd
+
+    from rooflab.counters.points import model_vs_counted
+
+    memory = points[points.level.isin(MEMORY_LEVELS) & points.bytes_model.notna()]
+    rows = []
+    for r in memory.itertuples():
+        compared = model_vs_counted(float(r.bytes_model), float(r.bytes))
+        rows.append(
+            {
+                "config_id": r.config_id,
+                "cache_state": r.cache_state,
+                "bytes_model": compared.bytes_model,
+                "bytes_counted": compared.bytes_counted,
+                "ratio": compared.ratio,
+                "direction": compared.direction,
+            }
+        )
+    columns = ["config_id", "cache_state", "bytes_model", "bytes_counted", "ratio", "direction"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def model_vs_counted_table(rows: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,317 @@
+"""`build_report`: which charts each machine in the store gets, from what the store holds, the
+page around them and a PNG and an SVG per chart."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import rooflab.report.queries as queries
+from rooflab.devices import matching_preset
+from rooflab.report.counter_charts import (
+    hierarchical_roofline_chart,
+    model_vs_counted_chart,
+    model_vs_counted_rows,
+    model_vs_counted_table,
+)
+from rooflab.report.page import Chart, MachineSection, index_html, vl_version
+from rooflab.report.roofline_chart import roofline_chart
+from rooflab.report.run_charts import change_chart, conditions_chart, distribution_chart
+from rooflab.report.stage_charts import stage_bounds_chart, stage_bounds_frame
+from rooflab.report.summary import counters_summary_html, summary_html
+from rooflab.report.sweep_charts import (
+    cache_capacities,
+    reuse_efficiency_chart,
+    reuse_time_chart,
+    sweep_chart,
+)
+from rooflab.store import connect_read_only
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    index: Path
+    charts: list[str] = field(default_factory=list)  # chart names, page order
+    files: list[Path] = field(default_factory=list)
+    specs: dict[str, dict] = field(default_factory=dict)  # Vega-Lite spec per chart name
+
+
+ROOFLINE_HOW = (
+    "Each point is one configuration and cache state (its newest run); slanted lines are the "
+    "measured bandwidth ceilings per memory level, flat lines the measured compute ceilings "
+    "(dashed: the BLAS library path), so a point's distance below the roof it sits under is the "
+    "efficiency left on the table."
+)
+
+HIERARCHICAL_HOW = (
+    "Hardware counters (q_source = counters): each configuration and cache state is one "
+    "performance, its paired timing's median (flushed replay with the cold timing, no-flush "
+    "replay with the warm one, never across), drawn at one intensity per memory level: 2MNK over "
+    "the bytes counted at that level (HBM from DRAM bytes, L2 from lts bytes, L1 from l1tex "
+    "bytes). Its points are joined by a line; each is read against its own level's roof (same "
+    "colour), and the tightest one is the limiting level. Only counts whose FLOPs matched 2MNK "
+    "within 1% are drawn. A level that counted under half the bytes of the level outside it "
+    "gets no point: the kernel moved its data around that counter (cuBLAS on Hopper loads "
+    "through TMA into shared memory, which l1tex bytes do not see); its count stays in the "
+    "counters table."
+)
+
+
+def _counter_charts(counted: pd.DataFrame, ceilings: pd.DataFrame) -> list[Chart]:
+    labelled = counted.assign(config_id=counted.config_id + " · " + counted.cache_state)
+    charts = [
+        Chart(
+            "hierarchical_roofline",
+            "Hierarchical Roofline (hardware counters)",
+            HIERARCHICAL_HOW,
+            hierarchical_roofline_chart(labelled, ceilings),
+        )
+    ]
+    compared = model_vs_counted_rows(counted)
+    if not compared.empty:
+        table = model_vs_counted_table(compared).to_html(
+            index=False, classes="model-vs-counted", border=0
+        )
+        charts.append(
+            Chart(
+                "model_vs_counted",
+                "Model bytes vs counted memory bytes",
+                "Per configuration and cache state: the cold-cache ledger Q_model (hollow) and "
+                "the bytes counted at the memory level (filled). Counted below model: operands "
+                "came from a cache (warm runs, reuse); counted above: the kernel moved more than "
+                "the ideal ledger (re-reads, write-allocate, workspace).",
+                model_vs_counted_chart(compared),
+                table,
+            )
+        )
+    return charts
+
+
+def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart], dict]:
+    """The charts of one machine and backend (`scope`), in page order, and the facts its summary
+    states."""
+    import pandas as pd
+
+    ceilings = queries.ceilings(connection, scope)
+    points = queries.points(connection, scope)
+    failed = queries.failed(connection, scope)
+    counted = queries.counter_points(connection, scope)
+    charts: list[Chart] = []
+    facts = {
+        "ceilings": ceilings,
+        "points": points,
+        "failed": failed,
+        "counters_html": counters_summary_html(queries.counters_state(connection, scope), counted),
+    }
+
+    if not ceilings.empty or not points.empty:
+        notes = ""
+        if not failed.empty:
+            items = "".join(
+                f"<li><code>{html.escape(r.config_id)}</code>: {html.escape(r.metric)} error "
+                f"{r.error:.3g} &gt; tolerance {r.tolerance:.3g} (run {html.escape(r.run_id)})</li>"
+                for r in failed.itertuples()
+            )
+            notes = f"<p>Failed correctness, not drawn:</p><ul class='failed'>{items}</ul>"
+        charts.append(
+            Chart(
+                "roofline",
+                "Roofline",
+                ROOFLINE_HOW,
+                roofline_chart(ceilings, points, matching_preset(scope.get("device_name"))),
+                notes,
+            )
+        )
+
+    if not counted.empty:
+        charts += _counter_charts(counted, ceilings)
+
+    if scope.get("ceilings_run_id"):
+        sweep = queries.ceiling_sweep(connection, scope["ceilings_run_id"])
+        plateaus = queries.bandwidth_plateaus(connection, scope["ceilings_run_id"])
+        if not sweep.empty:
+            per_sm = (
+                " l1_read (the SMs' L1) is drawn against the working set of one SM: every SM "
+                "reads the same buffer, and its bandwidth is that of all SMs together."
+                if (sweep.kernel == "l1_read").any()
+                else ""
+            )
+            charts.append(
+                Chart(
+                    "ceiling_sweep",
+                    "Ceiling sweep",
+                    "Bandwidth of each kernel as the working set grows (newest ceilings run): "
+                    "each drop marks a cache level left behind (dashed rules: total cache "
+                    "capacities), and each shaded plateau is where that level's ceiling was taken."
+                    + per_sm,
+                    sweep_chart(sweep, plateaus, cache_capacities(scope.get("machine"))),
+                )
+            )
+
+    if not points.empty:
+        pts = points.assign(
+            series=points.dtype
+            + " "
+            + points.layout
+            + " N="
+            + points.n.astype(str)
+            + " K="
+            + points.k.astype(str)
+        )
+        for sweep_name, group in pts.groupby("sweep", sort=True):
+            long = pd.concat(
+                [
+                    group.assign(
+                        quantity="whole GEMM", source="measured median", seconds=group.median_s
+                    ),
+                    group.assign(
+                        quantity="whole GEMM", source="model lower bound", seconds=group.bound_s
+                    ),
+                    group.assign(
+                        quantity="per row (time / M)",
+                        source="measured median",
+                        seconds=group.median_s / group.m,
+                    ),
+                    group.assign(
+                        quantity="per row (time / M)",
+                        source="model lower bound",
+                        seconds=group.bound_s / group.m,
+                    ),
+                ]
+            )[["series", "cache_state", "m", "quantity", "source", "seconds"]]
+            safe = "".join(c if c.isalnum() else "_" for c in str(sweep_name))
+            charts.append(
+                Chart(
+                    f"reuse_time_{safe}",
+                    f"Weight reuse: time vs M (sweep {sweep_name})",
+                    "Solid: the measured median; dashed: the Roofline lower bound of the same "
+                    "configuration. The whole GEMM gets longer with M while the time per row falls "
+                    "as the weights are reused; the gap between the lines is the time lost to the "
+                    "roof.",
+                    reuse_time_chart(long, str(sweep_name)),
+                )
+            )
+            charts.append(
+                Chart(
+                    f"reuse_efficiency_{safe}",
+                    f"Weight reuse: efficiency vs M (sweep {sweep_name})",
+                    "Achieved FLOP/s over the attainable FLOP/s of the roof each point sits under "
+                    "(100 % is on the roof).",
+                    reuse_efficiency_chart(
+                        group[["series", "cache_state", "m", "efficiency", "limiter", "level"]],
+                        str(sweep_name),
+                    ),
+                )
+            )
+
+    quantiles = queries.sample_quantiles(connection, scope)
+    if not quantiles.empty:
+        charts.append(
+            Chart(
+                "distributions",
+                "Sample distributions",
+                "One box per configuration and cache state (newest run), over the samples its "
+                "statistics used (samples other processes took time from are left out, unless "
+                "all were): whiskers span min to max, the box p25 to p75, the black tick is the "
+                "median; red boxes were flagged noisy (IQR / median above the threshold), purple "
+                "ones disturbed (other processes took time from the measurement; disturbed wins "
+                "over noisy).",
+                distribution_chart(quantiles),
+            )
+        )
+
+    conditions = queries.conditions(connection, scope)
+    if not conditions.empty:
+        conditions["t"] = conditions["t"].dt.tz_convert("UTC").dt.tz_localize(None)
+        charts.append(
+            Chart(
+                "conditions",
+                "Conditions over time",
+                "What the machine ran at before, during and after each measurement, one line "
+                "per run, coloured by what it measured: the clock (the measured CPU clock, or the "
+                "GPU's SM clock), and the GPU's temperature and power where NVML reads them. A dip "
+                "or a spread within a run means its timings were taken at a different speed. Over "
+                "long histories readings are grouped into short time buckets (median drawn, "
+                "min–max as a bar).",
+                conditions_chart(conditions),
+            )
+        )
+
+    change = queries.median_changes(connection, scope)
+    if not change.empty:
+        charts.append(
+            Chart(
+                "change",
+                "Change since the previous run",
+                "Relative change of each configuration's median between its two newest runs; the "
+                "grey band is ± half the larger IQR / median of the two, so a dot outside it moved "
+                "by more than the noise.",
+                change_chart(change),
+            )
+        )
+    for name, scenario in (stages or {}).items():
+        frame = stage_bounds_frame(scenario, ceilings)
+        if frame is not None:
+            charts.append(
+                Chart(
+                    f"stages_{name}",
+                    f"Stage bounds: {name}",
+                    "Each bar is a stage at its own bound max(F/C, Q/B) on this machine's measured "
+                    "ceilings, started when the stages it depends on finish; the dashed lines are "
+                    "the critical-path bound and the looser aggregate bound max(ΣF/C, ΣQ/B).",
+                    stage_bounds_chart(frame, name),
+                )
+            )
+    for chart in charts:
+        chart.name = scope.get("prefix", "") + chart.name
+    return charts, facts
+
+
+def build_report(db_path: str | Path, out_dir: str | Path, stages: dict | None = None) -> Report:
+    """Write out_dir/index.html and a PNG and an SVG per chart; read-only on the store.
+
+    `stages`: the config's validated `stages` section; each scenario gets a stage-bounds chart."""
+    import vl_convert as vlc
+
+    out_dir = Path(out_dir)
+    connection = connect_read_only(db_path)
+    machines: list[MachineSection] = []
+    try:
+        scopes = queries.scopes(connection)
+        for scope in scopes:
+            charts, facts = _charts(connection, scope, stages)
+            machines.append(
+                MachineSection(
+                    title=f"{scope['host']} ({scope['backend']}, {scope['device_name']})",
+                    anchor="machine-" + scope.get("prefix", "").rstrip("_"),
+                    summary=summary_html(connection, scope, facts),
+                    charts=charts,
+                )
+            )
+    finally:
+        connection.close()
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = Report(out_dir=out_dir, index=out_dir / "index.html")
+    version = vl_version()
+    for chart in (chart for machine in machines for chart in machine.charts):
+        spec = chart.chart.to_dict()
+        report.specs[chart.name] = spec
+        png = out_dir / f"{chart.name}.png"
+        svg = out_dir / f"{chart.name}.svg"
+        png.write_bytes(vlc.vegalite_to_png(spec, vl_version=version, scale=2))
+        svg.write_text(vlc.vegalite_to_svg(spec, vl_version=version), encoding="utf-8")
+        report.charts.append(chart.name)
+        report.files += [png, svg]
+    page = index_html(machines, report.specs)
+    temporary = report.index.with_name(".index.html.tmp")
+    temporary.write_text(page, encoding="utf-8")
+    temporary.replace(report.index)
+    report.files.append(report.index)
+    return report

@@ -1,0 +1,155 @@
+"""The report's page: one offline HTML file, each machine's summary and charts, with Vega,
+Vega-Lite and vega-embed inline (vl-convert's bundle) and a box that shows any rendering error."""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import altair as alt
+
+
+@dataclass
+class Chart:
+    name: str  # file stem and element id
+    title: str
+    how_to_read: str
+    chart: alt.TopLevelMixin
+    notes_html: str = ""  # shown under the chart
+
+
+PAGE_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+th, td { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+section.chart { margin: 2.5em 0; }
+p.how { color: #444; max-width: 60em; }
+ul.failed, p.warning, span.warning { color: #a00; }
+#report-errors:empty { display: none; }
+#report-errors { color: #a00; border: 1px solid #a00; padding: 0.5em; }
+"""
+
+# Recorded into the page so that a headless browser's DOM shows any failure.
+ERROR_HOOK = """
+window.reportErrors = [];
+function reportError(message) {
+  window.reportErrors.push(String(message));
+  var box = document.getElementById('report-errors');
+  if (box) { box.textContent = window.reportErrors.join('\\n'); }
+}
+window.addEventListener('error', function (e) { reportError(e.message || e); });
+window.addEventListener('unhandledrejection', function (e) { reportError(e.reason); });
+"""
+
+
+@dataclass
+class MachineSection:
+    title: str
+    anchor: str
+    summary: str
+    charts: list[Chart]
+
+
+def _chart_html(chart: Chart, heading: str) -> str:
+    return (
+        f"<section class='chart'><{heading}>{html.escape(chart.title)}</{heading}>"
+        f"<p class='how'>{html.escape(chart.how_to_read)}</p>"
+        f"<div class='vega-chart' id='chart-{chart.name}'></div>{chart.notes_html}"
+        f"<p class='files'><a href='{chart.name}.png'>PNG</a> · "
+        f"<a href='{chart.name}.svg'>SVG</a></p></section>"
+    )
+
+
+def _body_html(machines: list[MachineSection]) -> str:
+    """One machine: its summary and charts. Several: a list of them, then a section each."""
+    if len(machines) == 1:
+        (only,) = machines
+        parts = [only.summary] + [_chart_html(chart, "h2") for chart in only.charts]
+        if not only.charts:
+            parts.append("<p class='empty'>Nothing to chart yet.</p>")
+        return "\n".join(parts)
+    items = "".join(
+        f"<li><a href='#{m.anchor}'>{html.escape(m.title)}</a> ({len(m.charts)} charts)</li>"
+        for m in machines
+    )
+    parts = [
+        f"<p>The store holds {len(machines)} machine/backend pairs; each has its own ceilings, "
+        f"points and charts, never mixed.</p><ul class='machines'>{items}</ul>"
+    ]
+    for m in machines:
+        charts = "".join(_chart_html(chart, "h3") for chart in m.charts) or (
+            "<p class='empty'>Nothing to chart yet.</p>"
+        )
+        parts.append(
+            f"<section class='machine' id='{m.anchor}'><h2>{html.escape(m.title)}</h2>"
+            f"{m.summary}{charts}</section>"
+        )
+    return "\n".join(parts)
+
+
+def _page(title: str, body: str, specs: dict[str, dict]) -> str:
+    bundle = _vega_bundle()
+    specs_json = json.dumps(specs).replace("</", "<\\/")
+    embed = f"""
+const specs = {specs_json};
+const done = [];
+for (const [name, spec] of Object.entries(specs)) {{
+  done.push(window.vegaEmbed('#chart-' + name, spec, {{renderer: 'svg', actions: false}})
+    .catch(reportError));
+}}
+Promise.all(done).then(() => document.body.setAttribute('data-rendered', 'true'));
+"""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{html.escape(title)}</title>
+<style>{PAGE_STYLE}</style>
+<script>{ERROR_HOOK}</script>
+</head>
+<body>
+<h1>{html.escape(title)}</h1>
+<pre id="report-errors"></pre>
+{body}
+<script type="module">{bundle}</script>
+<script type="module">{embed}</script>
+</body>
+</html>
+"""
+
+
+@functools.cache
+def _vega_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one script; built once per process (about 3 s)."""
+    import vl_convert as vlc
+
+    return vlc.javascript_bundle(vl_version=vl_version())
+
+
+def vl_version() -> str:
+    """The Vega-Lite version altair writes, as vl-convert names it ("v5.20")."""
+    import altair as alt
+
+    return "v" + ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+
+
+EMPTY_HTML = (
+    "<p class='empty'>The store holds no runs yet: there is nothing to report. Run the workflow "
+    "(or <code>rooflab measure</code> and <code>rooflab store ingest</code>) first.</p>"
+)
+
+
+def index_html(machines: list[MachineSection], specs: dict[str, dict]) -> str:
+    """The whole page: its title, the machines' summaries and charts, and each chart's spec."""
+    if not machines:
+        title, body = "rooflab report", EMPTY_HTML
+    elif len(machines) == 1:
+        title, body = f"rooflab report: {machines[0].title}", _body_html(machines)
+    else:
+        title, body = f"rooflab report: {len(machines)} machines", _body_html(machines)
+    return _page(title, body, specs)

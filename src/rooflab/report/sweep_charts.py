@@ -1,0 +1,186 @@
+"""The charts of the sweeps: bandwidth against the working set (the newest ceilings run), and the
+weight-reuse charts of a GEMM sweep (time and efficiency against M)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
+from rooflab.report.axes import SECONDS_AXIS, WIDTH, bytes_label, with_time_text
+from rooflab.report.labels import LABEL_CHAR_PX
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+REUSE_PANEL_SIZE = (280, 220)  # one panel of the per-sweep time and efficiency charts
+
+
+def cache_capacities(machine_json) -> list[dict]:
+    """The data-cache capacity this process can fill per level, from runs.machine; none where
+    the identity lists no caches (the ceiling sweep is then drawn without them)."""
+    try:
+        by_level = cache_bytes_by_level(json.loads(machine_json or "{}"))
+    except (CacheInfoUnavailable, KeyError, TypeError, ValueError):
+        return []
+    return [
+        {"x": size, "label": f"{level} {bytes_label(size)}"}
+        for level, size in by_level.items()
+        if size > 0  # a level none of whose instances this process touches
+    ]
+
+
+def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[dict]):
+    import altair as alt
+    import pandas as pd
+
+    x_scale = alt.Scale(type="log", nice=False)
+    layers = []
+    if not plateaus.empty:
+        layers.append(
+            alt.Chart(plateaus)
+            .mark_rect(opacity=0.12, color="#4c78a8")
+            .encode(
+                x=alt.X("lo:Q", scale=x_scale),
+                x2="hi:Q",
+                tooltip=[alt.Tooltip("level:N", title="plateau")],
+            )
+        )
+        layers.append(
+            alt.Chart(plateaus)
+            .mark_text(baseline="top", dy=4, fontSize=11, color="#4c78a8")
+            .encode(x=alt.X("mid:Q", scale=x_scale), y=alt.value(0), text="level:N")
+        )
+    layers.append(
+        alt.Chart(sweep)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "working_set_bytes:Q",
+                scale=x_scale,
+                title="Working set (bytes)",
+                axis=alt.Axis(format="~s"),
+            ),
+            y=alt.Y("gb_per_s:Q", title="Bandwidth (GB/s)"),
+            color=alt.Color("kernel:N", title="kernel"),
+            tooltip=[
+                alt.Tooltip("kernel:N"),
+                alt.Tooltip("working_set_bytes:Q", title="working set (B)", format=",d"),
+                alt.Tooltip("gb_per_s:Q", title="bandwidth (GB/s)", format=".1f"),
+                alt.Tooltip("level:N", title="plateau"),
+                alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".3f"),
+            ],
+        )
+    )
+    if capacities:
+        caps = pd.DataFrame(capacities)
+        layers.append(
+            alt.Chart(caps)
+            .mark_rule(strokeDash=[4, 3], color="#888")
+            .encode(x=alt.X("x:Q", scale=x_scale), tooltip=[alt.Tooltip("label:N", title="cache")])
+        )
+        layers.append(
+            alt.Chart(caps)
+            .mark_text(
+                angle=270, align="right", baseline="bottom", dx=-4, dy=-2, fontSize=11, color="#666"
+            )
+            .encode(x=alt.X("x:Q", scale=x_scale), y=alt.value(0), text="label:N")
+        )
+    return alt.layer(*layers).properties(width=WIDTH, height=320)
+
+
+def _m_x(data: pd.DataFrame):
+    """M on a log2 axis with a tick at every measured M."""
+    import altair as alt
+
+    values = sorted(int(m) for m in data.m.unique())
+    # labels that would run into each other across the panel are set at an angle
+    wide = len(values) * (len(str(values[-1])) * LABEL_CHAR_PX + 6) > REUSE_PANEL_SIZE[0]
+    return alt.X(
+        "m:Q",
+        scale=alt.Scale(type="log", base=2, nice=False),
+        title="M (rows of X)",
+        # every measured M labelled, the last one too (Vega drops overlapping or edge labels)
+        axis=alt.Axis(
+            format="~d",
+            values=values,
+            labelOverlap=False,
+            labelFlush=False,
+            labelBound=False,
+            labelAngle=-45 if wide else 0,
+            labelAlign="right" if wide else "center",
+        ),
+    )
+
+
+def reuse_time_chart(data: pd.DataFrame, sweep: str):
+    import altair as alt
+
+    base = alt.Chart(with_time_text(data, "seconds")).encode(
+        x=_m_x(data),
+        y=alt.Y(
+            "seconds:Q",
+            scale=alt.Scale(type="log"),
+            title="Time (s)",
+            axis=alt.Axis(**SECONDS_AXIS),
+        ),
+        color=alt.Color("series:N", title="configuration"),
+        tooltip=[
+            alt.Tooltip("series:N", title="configuration"),
+            alt.Tooltip("cache_state:N", title="cache state"),
+            alt.Tooltip("m:Q", title="M"),
+            alt.Tooltip("quantity:N", title="quantity"),
+            alt.Tooltip("source:N", title="source"),
+            alt.Tooltip("seconds_text:N", title="time"),
+        ],
+    )
+    # the points are their own layer: on a line mark with points, Vega-Lite draws the dash
+    # legend without glyphs
+    lines = base.mark_line().encode(
+        strokeDash=alt.StrokeDash(
+            "source:N",
+            title="source",
+            sort=["measured median", "model lower bound"],
+            legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#444"),
+        ),
+        detail="source:N",
+    )
+    return (
+        alt.layer(lines, base.mark_point(filled=True, size=30))
+        .properties(width=REUSE_PANEL_SIZE[0], height=REUSE_PANEL_SIZE[1])
+        .facet(
+            row=alt.Row("quantity:N", title=None, sort=["whole GEMM", "per row (time / M)"]),
+            column=alt.Column("cache_state:N", title="cache state"),
+        )
+        .resolve_scale(y="independent")
+        .properties(title=f"sweep {sweep}: median time and time per row vs M")
+    )
+
+
+def reuse_efficiency_chart(data: pd.DataFrame, sweep: str):
+    import altair as alt
+
+    return (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=_m_x(data),
+            y=alt.Y(
+                "efficiency:Q",
+                title="Efficiency (achieved / attainable, %)",
+                axis=alt.Axis(format="%"),
+            ),
+            color=alt.Color("series:N", title="configuration"),
+            tooltip=[
+                alt.Tooltip("series:N", title="configuration"),
+                alt.Tooltip("cache_state:N", title="cache state"),
+                alt.Tooltip("m:Q", title="M"),
+                alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
+                alt.Tooltip("limiter:N", title="limiter"),
+                alt.Tooltip("level:N", title="level"),
+            ],
+        )
+        .properties(width=REUSE_PANEL_SIZE[0], height=REUSE_PANEL_SIZE[1])
+        .facet(column=alt.Column("cache_state:N", title="cache state"))
+        .properties(title=f"sweep {sweep}: efficiency vs M")
+    )
