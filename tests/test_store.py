@@ -27,6 +27,7 @@ from rooflab.store import (
     ingest,
     query,
     rebuild,
+    writer,
 )
 from tests.conftest import run_rooflab
 
@@ -497,14 +498,14 @@ def test_a_run_folder_cannot_hold_a_table_of_a_reserved_or_odd_name(results, db,
 
 def test_a_failure_while_storing_a_run_rolls_all_of_it_back(results, db, monkeypatch):
     run_dir = gemm_run(results)
-    real_insert = store._Writer._insert
+    real_insert = writer._Writer._insert
 
     def insert_then_fail_at_samples(self, name, table):
         real_insert(self, name, table)
         if name == "samples":  # runs, conditions and samples are in by now
             raise duckdb.IOException("disk full")
 
-    monkeypatch.setattr(store._Writer, "_insert", insert_then_fail_at_samples)
+    monkeypatch.setattr(writer._Writer, "_insert", insert_then_fail_at_samples)
     with pytest.raises(StoreError, match=r"samples\.parquet: cannot store it in table samples"):
         ingest(db, results)
     monkeypatch.undo()
@@ -639,12 +640,13 @@ def test_a_killed_ingest_leaves_no_partial_run(results, db):
         """
         import sys
         from rooflab import store
-        real_insert = store._Writer._insert
+        from rooflab.store import writer
+        real_insert = writer._Writer._insert
         def announced_insert(self, name, table):
             if name == "samples":
                 print("inserting samples", flush=True)
             real_insert(self, name, table)
-        store._Writer._insert = announced_insert
+        writer._Writer._insert = announced_insert
         store.ingest(sys.argv[1], sys.argv[2], on_run_added=lambda r: print(r, flush=True))
         """
     )

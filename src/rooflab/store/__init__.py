@@ -1,0 +1,32 @@
+"""The result store: the only code that opens DuckDB (`results/rooflab.duckdb`, DESIGN.md §5).
+
+- `connection`: opening the file (locks, read-only connections), `query`, the errors;
+- `views`: the named views every reader uses;
+- `writer`: `ingest` and `rebuild`, the only writers.
+Reading the kept run folders back is `rooflab.records`' (`find_run_folders`, `read_run_folder`).
+"""
+
+from rooflab.store.connection import (
+    DEFAULT_DB,
+    QueryError,
+    StoreError,
+    StoreLocked,
+    connect_read_only,
+    query,
+)
+from rooflab.store.views import VIEWS_SQL
+from rooflab.store.writer import DEFAULT_RESULTS, IngestReport, ingest, rebuild
+
+__all__ = [
+    "DEFAULT_DB",
+    "DEFAULT_RESULTS",
+    "VIEWS_SQL",
+    "IngestReport",
+    "QueryError",
+    "StoreError",
+    "StoreLocked",
+    "connect_read_only",
+    "ingest",
+    "query",
+    "rebuild",
+]

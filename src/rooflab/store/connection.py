@@ -1,0 +1,140 @@
+"""Opening the store: locks, read-only connections and queries.
+
+Locks (found by experiment with DuckDB 2.0.1): a process that has the file open read-write blocks
+every other process, readers included; a process that has it open read-only blocks writers (ingest,
+rebuild) but not other readers. So an open `duckdb -readonly results/rooflab.duckdb` shell stops
+ingest until it is closed, while `rooflab query` holds the file only for one query.
+
+duckdb and pyarrow are imported inside the functions: the CLI imports the store for StoreError on
+every command, and importing them takes about 0.35 s.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+    import pyarrow as pa
+
+DEFAULT_DB = Path("results/rooflab.duckdb")
+LOCK_RETRY_INTERVAL_S = 0.2
+_LOCK_HOLDER = re.compile(r"Conflicting lock is held in (.+?) \(PID (\d+)\)")
+
+
+class StoreError(Exception):
+    """The store or a file to ingest cannot be used; the message says which and why."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the database file."""
+
+
+class QueryError(StoreError):
+    """The SQL of a query failed."""
+
+
+def _lock_holder(message: str) -> str:
+    match = _LOCK_HOLDER.search(message)
+    return f" (PID {match.group(2)}, {match.group(1)})" if match else ""
+
+
+def _is_lock_error(error: Exception) -> bool:
+    return "Could not set lock" in str(error)
+
+
+def _open(
+    db_path: Path, *, read_only: bool, lock_timeout_s: float, action: str
+) -> duckdb.DuckDBPyConnection:
+    """Connect, retrying while another process holds the lock, then StoreLocked."""
+    import duckdb
+
+    deadline = time.monotonic() + lock_timeout_s
+    while True:
+        try:
+            connection = duckdb.connect(str(db_path), read_only=read_only)
+            break
+        except duckdb.IOException as error:
+            if not _is_lock_error(error):
+                raise StoreError(f"{db_path}: cannot open the store ({_one_line(error)})") from None
+            if time.monotonic() >= deadline:
+                raise StoreLocked(
+                    _locked_message(db_path, str(error), read_only, lock_timeout_s, action)
+                ) from None
+            time.sleep(LOCK_RETRY_INTERVAL_S)
+        except duckdb.Error as error:
+            raise StoreError(f"{db_path}: cannot open the store ({_one_line(error)})") from None
+    connection.execute("SET TimeZone = 'UTC'")  # timestamps read the same on every machine
+    return connection
+
+
+def _locked_message(
+    db_path: Path, error: str, read_only: bool, waited_s: float, action: str
+) -> str:
+    holder = _lock_holder(error)
+    if read_only:
+        return (
+            f"{db_path} is open for writing in another process{holder} (an ingest, or a session "
+            f"opened without -readonly); {action} waited {waited_s:g} s. Run it again when that "
+            "process has finished or closed the file."
+        )
+    read_hint = 'use `rooflab query "SQL"`, which holds the file only while one query runs'
+    # DuckDB adds this sentence when the holder has the file open read-only.
+    if "able to open this database in read-only mode" in error:
+        return (
+            f"{db_path} is open read-only in another process{holder}; {action} waited "
+            f"{waited_s:g} s. A read-only session (such as `duckdb -readonly {db_path}`) still "
+            f"blocks {action} while it stays open: close it and run again. To read while the "
+            f"workflow runs, {read_hint}."
+        )
+    return (
+        f"{db_path} is locked by another process{holder} that has it open for writing; {action} "
+        f"waited {waited_s:g} s. Close that session and run again. To look at results, open the "
+        f"store read-only instead: `duckdb -readonly {db_path}` (close it before the next "
+        f"ingest: it blocks writers while open) or {read_hint}."
+    )
+
+
+def connect_read_only(
+    db_path: str | Path = DEFAULT_DB, *, lock_timeout_s: float = 10.0
+) -> duckdb.DuckDBPyConnection:
+    """A read-only connection; other readers may be open at the same time, a writer may not."""
+    db_path = Path(db_path)
+    if not db_path.is_file():
+        raise StoreError(f"no store at {db_path}; run the workflow or `rooflab store rebuild`")
+    return _open(db_path, read_only=True, lock_timeout_s=lock_timeout_s, action="the query")
+
+
+def _one_line(error: Exception) -> str:
+    """DuckDB's message without the caret diagram under it."""
+    lines = str(error).split("\n\nLINE ")[0].splitlines()
+    return " ".join(line.strip() for line in lines if line.strip())
+
+
+def query(
+    db_path: str | Path,
+    sql: str,
+    *,
+    as_pandas: bool = False,
+    lock_timeout_s: float = 10.0,
+) -> pa.Table | pd.DataFrame:
+    """Run `sql` on a read-only connection; the result as a pyarrow Table (or pandas DataFrame)."""
+    import duckdb
+    import pyarrow as pa
+
+    connection = connect_read_only(db_path, lock_timeout_s=lock_timeout_s)
+    try:
+        relation = connection.sql(sql)
+        result = relation.to_arrow_table() if relation is not None else pa.table({})
+    except duckdb.Error as error:
+        raise QueryError(f"query failed: {_one_line(error)}") from None
+    finally:
+        connection.close()
+    return result.to_pandas() if as_pandas else result
+
+
+# -- writing --------------------------------------------------------------------------------------

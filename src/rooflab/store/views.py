@@ -1,0 +1,154 @@
+"""The store's named views: every number a reader (a user's SQL, the report) needs, defined once.
+Each comment says what one row is, with its columns and units where they are not in the name."""
+
+VIEWS_SQL = {
+    # Per machine and backend (a GPU backend may share the host's machine_id), the ceilings of the
+    # most recent ceilings run.
+    "latest_ceilings": """
+        WITH latest_run AS (
+            SELECT run_id, machine_id, backend, host, device_name, started_at
+            FROM runs
+            WHERE kind = 'ceilings'
+            QUALIFY row_number() OVER (
+                PARTITION BY machine_id, backend ORDER BY started_at DESC, run_id DESC
+            ) = 1
+        )
+        SELECT l.machine_id, l.backend, l.host, l.device_name, l.started_at, c.*
+        FROM ceilings AS c
+        JOIN latest_run AS l USING (run_id)
+    """,
+    # Per machine, backend, configuration and cache state, the point of the latest run that timed
+    # it (a configuration whose latest check failed keeps its older timing here).
+    "latest_gemm_points": """
+        SELECT r.machine_id, r.backend, r.host, r.device_name, r.started_at, g.*
+        FROM gemm_points AS g
+        JOIN runs AS r USING (run_id)
+        QUALIFY row_number() OVER (
+            PARTITION BY r.machine_id, r.backend, g.config_id, g.cache_state
+            ORDER BY r.started_at DESC, g.run_id DESC
+        ) = 1
+    """,
+    # One row per machine and backend: what a cluster campaign ran where. Each machine's points are
+    # computed against its own ceilings only (roofline.py), so this is also the list of Rooflines.
+    "machine_summary": """
+        SELECT machine_id, backend,
+            arg_max(host, started_at) AS host,
+            arg_max(device_name, started_at) AS device_name,
+            count(*) AS n_runs,
+            count(*) FILTER (WHERE kind = 'ceilings') AS n_ceilings_runs,
+            count(*) FILTER (WHERE kind = 'gemm') AS n_gemm_runs,
+            arg_max(run_id, started_at) FILTER (WHERE kind = 'ceilings') AS latest_ceilings_run,
+            min(started_at) AS first_started_at,
+            max(started_at) AS last_started_at
+        FROM runs
+        GROUP BY machine_id, backend
+    """,
+    # One row per counters run (issue 7): the tool, what it profiled, and whether any of it can
+    # reach a Roofline point (status as rooflab.experiments.counters.counters_status gives it).
+    "counters_summary": """
+        WITH profiles AS (
+            SELECT run_id, any_value(tool) AS tool, max(tool_version) AS tool_version,
+                max(chip) AS chip,
+                count(*) FILTER (WHERE status IN ('ok', 'partial')) AS n_profiled,
+                count(*) FILTER (WHERE status = 'partial') AS n_partial,
+                count(*) FILTER (WHERE status = 'unavailable') AS n_unavailable,
+                count(*) FILTER (WHERE status = 'skipped') AS n_skipped,
+                string_agg(DISTINCT reason, ' | ') FILTER (WHERE status = 'unavailable')
+                    AS unavailable_reason
+            FROM counters
+            WHERE metric IS NULL
+            GROUP BY run_id
+        ),
+        calibration AS (
+            SELECT run_id, count(*) AS n_calibrations,
+                count(*) FILTER (WHERE trusted) AS n_trusted,
+                count(*) FILTER (WHERE trusted AND pairing IS NOT NULL) AS n_admitted
+            FROM counter_calibration
+            GROUP BY run_id
+        )
+        SELECT r.run_id, r.machine_id, r.backend, r.host, r.device_name, r.sweep, r.started_at,
+            p.tool, p.tool_version, p.chip,
+            CASE WHEN coalesce(p.n_unavailable, 0) > 0 AND coalesce(p.n_profiled, 0) = 0
+                     THEN 'unavailable'
+                 WHEN coalesce(p.n_unavailable, 0) > 0 OR coalesce(p.n_partial, 0) > 0
+                     THEN 'partial'
+                 WHEN coalesce(p.n_profiled, 0) > 0 THEN 'ok'
+                 ELSE 'none' END AS status,
+            p.unavailable_reason,
+            coalesce(p.n_profiled, 0) AS n_profiled,
+            coalesce(p.n_unavailable, 0) AS n_unavailable,
+            coalesce(p.n_skipped, 0) AS n_skipped,
+            coalesce(c.n_calibrations, 0) AS n_calibrations,
+            coalesce(c.n_trusted, 0) AS n_trusted,
+            coalesce(c.n_admitted, 0) AS n_admitted
+        FROM runs AS r
+        LEFT JOIN profiles AS p USING (run_id)
+        LEFT JOIN calibration AS c USING (run_id)
+        WHERE r.kind = 'counters'
+    """,
+    # One row per run. The clock is in MHz: the measured CPU clock for CPU runs, the SM clock for
+    # GPU runs, from the condition readings and the reading taken after each sample.
+    # n_disturbed of n_judged: the run's GEMM points, sweep points and ceilings flagged disturbed
+    # (null for runs recorded before disturbance was); busy_warning: the quiet check's warning.
+    "run_summary": """
+        WITH gemm AS (
+            SELECT run_id, count(*) AS n_gemm_points, count(*) FILTER (WHERE noisy) AS n_noisy
+            FROM gemm_points
+            GROUP BY run_id
+        ),
+        disturbed AS (
+            SELECT run_id, count(*) FILTER (WHERE disturbed) AS n_disturbed,
+                count(*) AS n_judged
+            FROM (
+                SELECT run_id, disturbed FROM gemm_points
+                UNION ALL SELECT run_id, disturbed FROM ceilings
+                UNION ALL SELECT run_id, disturbed FROM ceiling_sweep
+            )
+            WHERE disturbed IS NOT NULL
+            GROUP BY run_id
+        ),
+        failed AS (
+            SELECT run_id, count(DISTINCT config_id) AS n_failed_correctness
+            FROM correctness
+            WHERE NOT passed
+            GROUP BY run_id
+        ),
+        cache AS (
+            SELECT run_id, string_agg(DISTINCT cache_state, ',' ORDER BY cache_state)
+                AS cache_states
+            FROM (
+                SELECT run_id, cache_state FROM gemm_points
+                UNION ALL SELECT run_id, cache_state FROM samples
+                UNION ALL SELECT run_id, cache_state FROM ceilings
+            )
+            WHERE cache_state IS NOT NULL
+            GROUP BY run_id
+        ),
+        clock AS (
+            SELECT run_id, min(clock_mhz) AS clock_min_mhz, max(clock_mhz) AS clock_max_mhz
+            FROM (
+                SELECT c.run_id,
+                    CASE WHEN r.backend = 'cpu' THEN c.cpu_ghz_measured * 1000
+                         ELSE c.sm_clock_mhz END AS clock_mhz
+                FROM conditions AS c
+                JOIN runs AS r USING (run_id)
+                UNION ALL SELECT run_id, clock_mhz FROM samples
+            )
+            GROUP BY run_id
+        )
+        SELECT r.run_id, r.kind, r.sweep, r.started_at, r.ended_at, r.host, r.machine_id,
+            r.backend, r.device_name, cache.cache_states, clock.clock_min_mhz,
+            clock.clock_max_mhz, coalesce(gemm.n_gemm_points, 0) AS n_gemm_points,
+            coalesce(gemm.n_noisy, 0) AS n_noisy,
+            disturbed.n_disturbed, disturbed.n_judged,
+            r.busy_warning,
+            coalesce(failed.n_failed_correctness, 0) AS n_failed_correctness,
+            r.git_commit, r.git_dirty, r.schema_version
+        FROM runs AS r
+        LEFT JOIN gemm USING (run_id)
+        LEFT JOIN disturbed USING (run_id)
+        LEFT JOIN failed USING (run_id)
+        LEFT JOIN cache USING (run_id)
+        LEFT JOIN clock USING (run_id)
+    """,
+}

@@ -1,0 +1,308 @@
+"""Writing the store: `ingest` and `rebuild`, the only code that writes DuckDB.
+
+`ingest` copies the Parquet files the measuring jobs wrote into the store. Measured runs are the
+non-hidden folders under the results folder that hold `runs.parquet`; each is inserted in one
+transaction (all of its tables or none), and a run already in `runs` is skipped, so ingesting twice
+adds nothing and a killed ingest leaves no partial run. Every file of a run is read and checked in
+full before anything of it is written. A bad file stops the ingest: the error names the file, the
+runs before it stay (each complete), that run and the ones after it are not written.
+
+The derived `roofline/roofline_points.parquet` replaces, run by run, the points the store has for
+the runs it names; points of runs it does not name stay.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rooflab.records import (
+    RunFolder,
+    RunFolderError,
+    conform_types,
+    find_run_folders,
+    read_run_folder,
+    read_table_file,
+    run_ids_of,
+)
+from rooflab.store.connection import DEFAULT_DB, StoreError, StoreLocked, _one_line, _open
+from rooflab.store.views import VIEWS_SQL
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+DEFAULT_RESULTS = Path("results")
+ROOFLINE_POINTS_FILE = Path("roofline") / "roofline_points.parquet"
+
+
+@dataclass
+class IngestReport:
+    db_path: Path
+    added_run_ids: list[str] = field(default_factory=list)
+    present_run_ids: list[str] = field(default_factory=list)  # already in the store: skipped
+    rows_added: dict[str, int] = field(default_factory=dict)  # per table, over the added runs
+    added_columns: list[str] = field(default_factory=list)  # "table.column" of newer schemas
+    roofline_run_ids: list[str] = field(default_factory=list)  # runs whose points were replaced
+    roofline_rows_removed: int = 0
+    roofline_rows_inserted: int = 0
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+class _Writer:
+    """A read-write connection with the store's tables and views, inserting runs."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection):
+        self.connection = connection
+        self.columns: dict[str, set[str]] = {}
+        self.ensure_schema()
+
+    def _load_columns(self) -> None:
+        rows = self.connection.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() "
+            "WHERE database_name = current_database() AND schema_name = 'main'"
+        ).fetchall()
+        self.columns = {}
+        for table_name, column_name in rows:
+            self.columns.setdefault(table_name.lower(), set()).add(column_name.lower())
+
+    def _column_types(self, table: pa.Table) -> list[tuple[str, str]]:
+        """(name, DuckDB type) of each column of an Arrow table."""
+        self.connection.register("_incoming_schema", table.slice(0, 0))
+        try:
+            described = self.connection.execute("DESCRIBE SELECT * FROM _incoming_schema")
+            return [(row[0], row[1]) for row in described.fetchall()]
+        finally:
+            self.connection.unregister("_incoming_schema")
+
+    def _create_table(self, name: str, table: pa.Table) -> None:
+        columns = [f"{_quote(c)} {t}" for c, t in self._column_types(table)]
+        if name == "runs":
+            columns.append("PRIMARY KEY (run_id)")  # a second copy of a run cannot get in
+        self.connection.execute(f"CREATE TABLE IF NOT EXISTS {_quote(name)} ({', '.join(columns)})")
+
+    def ensure_schema(self) -> None:
+        """Every table and column of records.TABLES (so queries work on an empty store), views."""
+        from rooflab.records import TABLES
+
+        self._load_columns()
+        for name, schema in TABLES.items():
+            self._fit_columns(name, schema.empty_table())  # a store of an older rooflab grows
+        for name, sql in VIEWS_SQL.items():
+            self.connection.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+    def run_ids(self) -> set[str]:
+        return {row[0] for row in self.connection.execute("SELECT run_id FROM runs").fetchall()}
+
+    def _fit_columns(self, name: str, table: pa.Table) -> list[str]:
+        """Create the table or add the columns it lacks (a newer schema); the names added."""
+        if name not in self.columns:
+            self._create_table(name, table)
+            self.columns[name] = {c.lower() for c in table.column_names}
+            return [f"{name}.{c}" for c in table.column_names]
+        added = []
+        for column, duckdb_type in self._column_types(table):
+            if column.lower() not in self.columns[name]:
+                self.connection.execute(
+                    f"ALTER TABLE {_quote(name)} ADD COLUMN {_quote(column)} {duckdb_type}"
+                )
+                self.columns[name].add(column.lower())
+                added.append(f"{name}.{column}")
+        return added
+
+    def _insert(self, name: str, table: pa.Table) -> None:
+        self.connection.register("_incoming", table)
+        try:
+            self.connection.execute(f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM _incoming")
+        finally:
+            self.connection.unregister("_incoming")
+
+    def transaction(self, work: Callable[[], None]) -> None:
+        """Run `work` in one transaction: all of it is stored, or none."""
+        self.connection.execute("BEGIN TRANSACTION")
+        try:
+            work()
+            self.connection.execute("COMMIT")
+        except BaseException:
+            self.connection.execute("ROLLBACK")
+            self._load_columns()  # columns added in the transaction are gone again
+            raise
+
+    def insert_run(self, folder: RunFolder, tables: dict[str, pa.Table], report) -> None:
+        import duckdb
+
+        added_columns: list[str] = []
+
+        def work() -> None:
+            for name, table in tables.items():
+                try:
+                    added_columns.extend(self._fit_columns(name, table))
+                    self._insert(name, table)
+                except duckdb.Error as error:
+                    raise StoreError(
+                        f"{folder.path / (name + '.parquet')}: cannot store it in table {name} "
+                        f"({_one_line(error)})"
+                    ) from None
+
+        self.transaction(work)
+        report.added_run_ids.append(folder.run_id)
+        report.added_columns.extend(added_columns)
+        for name, table in tables.items():
+            report.rows_added[name] = report.rows_added.get(name, 0) + table.num_rows
+
+    def replace_roofline_points(self, path: Path, report: IngestReport) -> None:
+        """Delete the store's points of the runs the file names, then insert the file's rows."""
+        import duckdb
+
+        try:
+            table = conform_types(path, "roofline_points", read_table_file(path))
+        except RunFolderError as error:
+            raise StoreError(str(error)) from None
+        if table.column("run_id").null_count:
+            raise StoreError(f"{path}: rows without a run_id")
+        run_ids = sorted(run_ids_of(table))
+        removed = 0
+
+        def work() -> None:
+            nonlocal removed
+            try:
+                self._fit_columns("roofline_points", table)
+                (removed,) = self.connection.execute(
+                    "DELETE FROM roofline_points WHERE list_contains(?, run_id)", [run_ids]
+                ).fetchone()
+                self._insert("roofline_points", table)
+            except duckdb.Error as error:
+                raise StoreError(
+                    f"{path}: cannot store it in table roofline_points ({_one_line(error)})"
+                ) from None
+
+        self.transaction(work)
+        report.roofline_run_ids = run_ids
+        report.roofline_rows_removed = removed
+        report.roofline_rows_inserted = table.num_rows
+
+
+def _ingest_with(
+    writer: _Writer,
+    results_dir: Path,
+    report: IngestReport,
+    on_run_added: Callable[[str], None] | None,
+) -> None:
+    present = writer.run_ids()
+    for folder in find_run_folders(results_dir):
+        if folder.run_id in present:
+            report.present_run_ids.append(folder.run_id)
+            continue
+        try:
+            tables = read_run_folder(folder, reserved=VIEWS_SQL)
+            if tables["runs"].column("run_id")[0].as_py() != folder.run_id:
+                raise StoreError(
+                    f"{folder.path / 'runs.parquet'}: run_id "
+                    f"{tables['runs'].column('run_id')[0].as_py()} differs from its folder name"
+                )
+            writer.insert_run(folder, tables, report)
+        except (StoreError, RunFolderError) as error:
+            raise StoreError(
+                f"{error}; ingest stopped: run {folder.run_id} and the runs after it were not "
+                f"stored ({len(report.added_run_ids)} added before it)"
+            ) from None
+        present.add(folder.run_id)
+        if on_run_added is not None:
+            on_run_added(folder.run_id)
+    roofline_file = results_dir / ROOFLINE_POINTS_FILE
+    if roofline_file.is_file():
+        writer.replace_roofline_points(roofline_file, report)
+
+
+def _results_folder(results_dir: str | Path) -> Path:
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise StoreError(f"no results folder at {results_dir}")
+    return results_dir
+
+
+def ingest(
+    db_path: str | Path = DEFAULT_DB,
+    results_dir: str | Path = DEFAULT_RESULTS,
+    *,
+    lock_timeout_s: float = 10.0,
+    on_run_added: Callable[[str], None] | None = None,
+) -> IngestReport:
+    """Add the runs under `results_dir` that the store lacks, then the roofline points.
+
+    Idempotent; one transaction per run. Stops at the first bad file (StoreError naming it); the
+    runs added before it stay. Waits up to `lock_timeout_s` for another process that holds the
+    file, then raises StoreLocked. `on_run_added(run_id)` is called after each run is committed.
+    """
+    db_path, results_dir = Path(db_path), _results_folder(results_dir)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    report = IngestReport(db_path)
+    connection = _open(db_path, read_only=False, lock_timeout_s=lock_timeout_s, action="ingest")
+    try:
+        _ingest_with(_Writer(connection), results_dir, report, on_run_added)
+    finally:
+        connection.close()
+    return report
+
+
+def rebuild(
+    db_path: str | Path = DEFAULT_DB,
+    results_dir: str | Path = DEFAULT_RESULTS,
+    *,
+    lock_timeout_s: float = 10.0,
+) -> IngestReport:
+    """Recreate the store from the kept files; on any failure the old store stays as it was.
+
+    The new store is written to a hidden file next to the old one and renamed over it. The old
+    file is held open meanwhile so that no ingest writes to it and gets lost.
+    """
+    db_path, results_dir = Path(db_path), _results_folder(results_dir)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    new_path = db_path.with_name(f".{db_path.name}.rebuild-{os.getpid()}")
+    old = None
+    if db_path.exists():
+        try:
+            old = _open(db_path, read_only=False, lock_timeout_s=lock_timeout_s, action="rebuild")
+        except StoreLocked:
+            raise
+        except StoreError:
+            old = None  # an unreadable store is what rebuild is for
+    try:
+        for path in _with_wal(new_path):
+            path.unlink(missing_ok=True)
+        report = IngestReport(db_path)
+        connection = _open(new_path, read_only=False, lock_timeout_s=0, action="rebuild")
+        try:
+            _ingest_with(_Writer(connection), results_dir, report, None)
+            connection.execute("CHECKPOINT")  # everything in the file, no WAL to carry along
+        finally:
+            connection.close()
+        if old is not None:
+            old.close()
+            old = None
+        # A WAL left by a killed writer of the old file would be replayed onto the new one.
+        _wal(db_path).unlink(missing_ok=True)
+        os.replace(new_path, db_path)
+    except BaseException:
+        for path in _with_wal(new_path):
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        if old is not None:
+            old.close()
+    return report
+
+
+def _wal(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + ".wal")
+
+
+def _with_wal(db_path: Path) -> Iterator[Path]:
+    yield db_path
+    yield _wal(db_path)
