@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rooflab"
 MAX_LINES = 500
 
 # A layer (the first name under rooflab, with the condition readers taken together) may import
-# the layers listed, and `model` and `units` (pure arithmetic) from anywhere.
+# the layers listed, and `model`, `units` (pure arithmetic) and `vocabulary` from anywhere.
 ALLOWED = {
     "__main__": {"cli"},
     "cli": {
@@ -40,8 +40,9 @@ ALLOWED = {
     "records": set(),
     "model": set(),
     "units": set(),
+    "vocabulary": set(),
 }
-EVERYWHERE = {"model", "units"}
+EVERYWHERE = {"model", "units", "vocabulary"}
 # Imports against the layers, each to be removed by issue 25 ("one data path").
 KNOWN_CROSSINGS = {
     ("counters.gemm_child", "experiments.gemm"),  # the profiled GEMM child belongs to experiments
@@ -183,3 +184,21 @@ def test_every_layer_is_described():
     described = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
     for name in layers:
         assert f"`{name}`" in described, f"docs/architecture.md does not describe `{name}`"
+
+
+def test_the_cache_states_are_one_vocabulary():
+    """The config's cache states are rooflab.vocabulary's, and no module spells them itself."""
+    import re
+
+    import yaml
+
+    from rooflab.vocabulary import CACHE_STATES, NCU_PAIRINGS
+
+    schema = yaml.safe_load((SRC.parents[1] / "config" / "schema.yaml").read_text())
+    sweep = schema["properties"]["sweeps"]["additionalProperties"]["properties"]
+    assert sweep["cache_states"]["items"]["enum"] == list(CACHE_STATES)
+    assert {state for state, _ in NCU_PAIRINGS.values()} == set(CACHE_STATES)
+    spelled = re.compile(r"""["'](warm|cold)["']""")
+    for name, path in MODULES.items():
+        if name != "vocabulary":
+            assert not spelled.search(path.read_text(encoding="utf-8")), name

@@ -37,6 +37,7 @@ from rooflab.counters.points import (
 from rooflab.machine import cache_bytes_by_level
 from rooflab.model import bound
 from rooflab.records import read_run, to_table
+from rooflab.vocabulary import CacheState
 
 # backend -> dtype of a GEMM -> name of the compute ceiling it is measured against. On a GPU,
 # cuBLAS runs fp64 GEMMs on the FP64 tensor cores (sm_80 on), which are faster than FP64 FMA.
@@ -92,7 +93,7 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
 def resident_level(
     bytes_needed: int, caches: dict[str, int], cache_state: str, memory_level: str = MEMORY_LEVEL
 ) -> str:
-    if cache_state == "warm":
+    if cache_state == CacheState.WARM:
         for level, capacity in sorted(caches.items(), key=lambda item: item[1]):
             if bytes_needed <= capacity:
                 return level

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from rooflab.model import hierarchical_bound
+from rooflab.vocabulary import NCU_PAIRINGS
 
 LEVEL_ORDER = ("HBM", "DRAM", "L2", "L1")  # slowest first, as the hierarchical chart reads
 # An inner level that counted under this fraction of the outer level's bytes was bypassed. Not
@@ -91,10 +92,7 @@ def calibrate(
 
 
 # cache_control of the replay -> (cache state of the timing it pairs with, the record's words)
-PAIRINGS = {
-    "all": ("cold", "flushed replay ↔ cold timing"),
-    "none": ("warm", "no-flush replay ↔ warm timing"),
-}
+PAIRINGS = NCU_PAIRINGS
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from rooflab.experiments.timing import (
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import UnitError, format_quantity, parse_bytes
+from rooflab.vocabulary import CacheState
 
 # A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
 # at DRAM_ABOVE x the total cache capacity.
@@ -180,7 +181,7 @@ class Windows:
         return summarize(self.rates(), noisy_iqr_ratio=math.inf).iqr_ratio
 
     def sample_rows(self, run_id: str, config_id: str) -> list[dict]:
-        return sample_rows(run_id, config_id, "warm", self.samples, self.amount, self.unit)
+        return sample_rows(run_id, config_id, CacheState.WARM, self.samples, self.amount, self.unit)
 
 
 def time_workload(
@@ -356,7 +357,7 @@ def run_ceilings(
                         f">= {settings.window_s} s; STREAM byte convention, write-allocate "
                         f"traffic not counted"
                     ),
-                    "cache_state": "warm",
+                    "cache_state": CacheState.WARM,
                     "threads": kernel_threads,
                     "working_set_min_bytes": min(p[0] for p in on_plateau),
                     "working_set_max_bytes": max(p[0] for p in on_plateau),
@@ -406,7 +407,7 @@ def run_ceilings(
                     f"per window; best of {rounds} rounds spread over the run, each the median "
                     f"of {settings.windows} windows of >= {settings.window_s} s; FMA = 2 FLOP"
                 ),
-                "cache_state": "warm",
+                "cache_state": CacheState.WARM,
                 "threads": fma_threads,
                 "n_points": rounds,
                 "config_id": config_id,
@@ -439,14 +440,19 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     timing = replace(settings.blas_timing, disturbance=settings.disturbance)
     with backend.sampling_conditions(config_id) as during, backend.limited_library_threads():
         measured = measure(
-            lambda: backend.matmul(operands), backend, timing, "warm", progress, label=config_id
+            lambda: backend.matmul(operands),
+            backend,
+            timing,
+            CacheState.WARM,
+            progress,
+            label=config_id,
         )
         threads = backend.library_threads()
     readings = [before, *during_rows(run_id, during)]
     readings.append(conditions_row(backend, run_id, "after", config_id))
     tables["conditions"].extend(readings)
     tables["samples"].extend(
-        sample_rows(run_id, config_id, "warm", measured.samples, 2 * n**3, "FLOP")
+        sample_rows(run_id, config_id, CacheState.WARM, measured.samples, 2 * n**3, "FLOP")
     )
     verdict = add_gpu_processes(measured.verdict, readings)
     # The clean samples in the order they were taken: a window of consecutive clean samples.
@@ -473,7 +479,7 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
             f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}{best} warm samples "
             f"(the median of all {len(seconds)}, under the clocks they saw: {sustained})"
         ),
-        "cache_state": "warm",
+        "cache_state": CacheState.WARM,
         "threads": threads,
         "n_points": 1,
         "config_id": config_id,

@@ -14,6 +14,7 @@ from rooflab.model import gemm_ledger, tensor_bytes
 from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
+from rooflab.vocabulary import CacheState
 
 # Headroom left for the interpreter, BLAS workspace and the rest of the machine.
 MEMORY_HEADROOM = 0.8
@@ -216,8 +217,8 @@ def _time_config(
                 "bytes_model": ledger.bytes,
                 "achieved_flops_per_s": ledger.flops / summary.median_s,
                 "noisy": summary.noisy,
-                "flush_method": backend.flush_method if cache_state == "cold" else None,
-                "flush_bytes": backend.flush_bytes if cache_state == "cold" else 0,
+                "flush_method": backend.flush_method if cache_state == CacheState.COLD else None,
+                "flush_bytes": backend.flush_bytes if cache_state == CacheState.COLD else 0,
                 **flags,
                 "threads": threads,
                 **verdict.columns(),

@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from rooflab.backends.base import Backend
 from rooflab.disturbance import DisturbanceSettings, PhaseDisturbance, Verdict, judge, probe
-
-CACHE_STATES = ("warm", "cold")
+from rooflab.vocabulary import CACHE_STATES, CacheState
 
 
 @dataclass(frozen=True)
@@ -182,7 +181,8 @@ def measure(
 ) -> Measurement:
     """Warm up, then take samples; `label` names the sampling phase for profilers (NVTX)."""
     if cache_state not in CACHE_STATES:
-        raise ValueError(f"cache_state must be one of {CACHE_STATES}, got {cache_state!r}")
+        known = ", ".join(CACHE_STATES)
+        raise ValueError(f"cache_state must be one of {known}, got {cache_state!r}")
 
     # Warm-up: library initialisation, first touch, thread pools, kernel loading, GEMM heuristics;
     # by time, with a floor on calls. Each call is waited for, so the time is the device's work,
@@ -212,7 +212,7 @@ def measure(
             enough = n_clean >= settings.min_samples or len(samples) - n_clean >= max_disturbed
             if enough and elapsed >= settings.min_time_s:
                 break
-            if cache_state == "cold":
+            if cache_state == CacheState.COLD:
                 backend.flush_cache()  # outside the timed region
                 backend.synchronize()
             sample = take_sample(backend, call, disturbance)
