@@ -17,7 +17,7 @@ from rooflab.experiments.ceilings import QUICK, check_supported, plateaus, run_c
 from rooflab.experiments.correctness import tolerances
 from rooflab.model import gemm_ledger
 from rooflab.records import read_run, write_run
-from rooflab.roofline import latest_ceilings_by_machine, roofline_points
+from rooflab.roofline import build_points, latest_ceilings_by_machine, roofline_points
 from tests.conftest import run_rooflab
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
@@ -296,7 +296,7 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
             "gemm_points": [point],
         },
     )
-    points = roofline_points([gemm_dir], latest_ceilings_by_machine([ceilings_dir]))
+    points = build_points([ceilings_dir], [gemm_dir]).rows
     write_points(points, results / "roofline" / "roofline_points.parquet")
     db = tmp_path / "rooflab.duckdb"
     ingest(db, results)
@@ -322,17 +322,16 @@ def test_device_summary_reports_the_counters_calibration_and_hierarchical_points
     """The counters part of the device check's table, on CONSTRUCTED counters records
     (tests/constructed_counters.py, not a measurement): each profile's status, each
     calibration's counted/2MNK and pairing, and each hierarchical point's level and limit."""
-    from rooflab.roofline import counter_points, write_points
+    from rooflab.roofline import write_points
     from rooflab.store import ingest
     from tests import constructed_counters as constructed
     from tests.gpu.device_summary import counters_lines
 
     results = tmp_path / "results"
     runs = constructed.write_campaign(results)
-    ceilings = latest_ceilings_by_machine([runs["ceilings"]])
-    counted, notes = counter_points([runs["counters"]], [runs["gemm"]], ceilings)
-    assert notes == []
-    write_points(counted, results / "roofline" / "roofline_points.parquet")
+    built = build_points([runs["ceilings"]], [runs["gemm"]], [runs["counters"]])
+    assert built.notes == []
+    write_points(built.counted, results / "roofline" / "roofline_points.parquet")
     db = tmp_path / "rooflab.duckdb"
     ingest(db, results)
     lines = counters_lines(str(db))
@@ -354,4 +353,4 @@ def test_device_summary_reports_the_counters_calibration_and_hierarchical_points
     assert {(row[1], row[2]) for row in points} == {
         (state, level) for state in ("cold", "warm") for level in ("HBM", "L2", "L1")
     }
-    assert len(counted) == 12  # 2 configurations x 2 cache states x 3 levels
+    assert len(built.counted) == 12  # 2 configurations x 2 cache states x 3 levels

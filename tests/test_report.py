@@ -25,7 +25,7 @@ from rooflab.cli import main
 from rooflab.experiments.ceilings import QUICK
 from rooflab.records import new_run_id, read_run, write_run
 from rooflab.report import build_report
-from rooflab.roofline import latest_ceilings_by_machine, roofline_points, write_points
+from rooflab.roofline import build_points, write_points
 from rooflab.store import ingest, query
 from rooflab.units import format_quantity
 from tests.conftest import clean_round, run_rooflab, used_windows
@@ -90,10 +90,12 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
         "results/counters/tiny/runs",
         cwd=root,
     )
-    ceilings = latest_ceilings_by_machine(sorted((results / "ceilings" / "runs").iterdir()))
-    points = roofline_points(sorted((results / "sweeps" / "tiny" / "runs").iterdir()), ceilings)
-    assert points, "the tiny sweep gave no Roofline points"
-    write_points(points, results / "roofline" / "roofline_points.parquet")
+    points = build_points(
+        sorted((results / "ceilings" / "runs").iterdir()),
+        sorted((results / "sweeps" / "tiny" / "runs").iterdir()),
+    )
+    assert points.model, "the tiny sweep gave no Roofline points"
+    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     return db
@@ -779,11 +781,11 @@ def history(store, tmp_path_factory):
     _copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=lower_ceilings)
     _copy_run(gemm_run, results / "sweeps" / "tiny" / "runs", node_b, runs=NODE_B)
 
-    ceilings = latest_ceilings_by_machine(sorted((results / "ceilings" / "runs").iterdir()))
-    gemm_runs = sorted((results / "sweeps" / "tiny" / "runs").iterdir())
-    write_points(
-        roofline_points(gemm_runs, ceilings), results / "roofline" / "roofline_points.parquet"
+    points = build_points(
+        sorted((results / "ceilings" / "runs").iterdir()),
+        sorted((results / "sweeps" / "tiny" / "runs").iterdir()),
     )
+    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     report = build_report(db, results.parent / "report")
@@ -896,16 +898,14 @@ def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(histor
 
 @pytest.fixture(scope="module")
 def constructed_report(tmp_path_factory):
-    from rooflab.roofline import counter_points
     from tests import constructed_counters as constructed
 
     results = tmp_path_factory.mktemp("constructed") / "results"
     runs = constructed.write_campaign(results)
-    ceilings = latest_ceilings_by_machine([runs["ceilings"]])
-    model = roofline_points([runs["gemm"]], ceilings)
-    counted, notes = counter_points([runs["counters"]], [runs["gemm"]], ceilings)
-    assert counted and notes == []
-    write_points(model + counted, results / "roofline" / "roofline_points.parquet")
+    points = build_points([runs["ceilings"]], [runs["gemm"]], [runs["counters"]])
+    assert points.counted and points.notes == []
+    counted = points.counted
+    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     return {"db": db, "report": build_report(db, results.parent / "report"), "points": counted}
@@ -1014,11 +1014,8 @@ def disturbed_report(tmp_path_factory):
 
     _edit_run(runs["ceilings"], ceilings)
     _edit_run(runs["gemm"], gemm)
-    ceilings_by_machine = latest_ceilings_by_machine([runs["ceilings"]])
-    write_points(
-        roofline_points([runs["gemm"]], ceilings_by_machine),
-        results / "roofline" / "roofline_points.parquet",
-    )
+    points = build_points([runs["ceilings"]], [runs["gemm"]])
+    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     return {

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -259,3 +260,32 @@ def write_points(points: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, temporary)
     temporary.replace(path)
+
+
+@dataclass(frozen=True)
+class RooflinePoints:
+    """Every Roofline point of a set of runs: model-bytes points, then counted points."""
+
+    model: list[dict]
+    counted: list[dict]
+    notes: list[str]  # one per counter replay that gave no point, and why
+    n_machines: int  # machines with ceilings among the runs
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.model + self.counted
+
+
+def build_points(
+    ceilings_runs: Iterable[Path],
+    gemm_runs: Iterable[Path],
+    counters_runs: Iterable[Path] = (),
+) -> RooflinePoints:
+    """The one way run folders become Roofline points (the workflow's roofline step and the tests
+    alike): each timed configuration against the latest ceilings of its own machine, with the
+    cold-cache model's bytes; then the hierarchical points of the counters runs (trusted,
+    correctly paired counts only)."""
+    gemm_runs = list(gemm_runs)
+    ceilings = latest_ceilings_by_machine(ceilings_runs)
+    counted, notes = counter_points(counters_runs, gemm_runs, ceilings)
+    return RooflinePoints(roofline_points(gemm_runs, ceilings), counted, notes, len(ceilings))

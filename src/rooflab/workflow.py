@@ -11,9 +11,10 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
-from rooflab.records import write_run
+from rooflab.records import find_run_folders, write_run
 
 
 def log_to(log_path: str | os.PathLike) -> logging.Logger:
@@ -56,3 +57,13 @@ def keep_run(tables: dict[str, list[dict]], receipt_path: str | os.PathLike, **e
     }
     write_receipt(receipt_path, receipt)
     return receipt
+
+
+def kept_runs(receipts: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every run kept beside these receipts (`runs/<run_id>/`, oldest first); a hidden folder
+    (a write that did not finish) is not a run."""
+    return [
+        folder.path
+        for receipt in receipts
+        for folder in find_run_folders(Path(receipt).parent / "runs")
+    ]
