@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 
 from rooflab.backends.cpu import CpuBackend
-from rooflab.disturbance import DisturbanceSettings, other_cpus_now
+from rooflab.conditions.disturbance import DisturbanceSettings, other_cpus_now
 from rooflab.experiments.ceilings import time_workload
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings

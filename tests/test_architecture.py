@@ -11,7 +11,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "rooflab"
 MAX_LINES = 500
 
-# A layer (the first name under rooflab, with the condition readers taken together) may import
+# A layer (the first name under rooflab) may import
 # the layers listed, and `model`, `units` (pure arithmetic) and `vocabulary` from anywhere.
 ALLOWED = {
     "__main__": {"cli"},
@@ -110,8 +110,7 @@ GRAPH = {name: imports_of(name) for name in MODULES}
 
 
 def layer(name: str) -> str:
-    first = name.split(".")[0]
-    return "conditions" if first in ("nvml_conditions", "disturbance") else first
+    return name.split(".")[0]
 
 
 def test_the_graph_sees_imports_inside_functions():

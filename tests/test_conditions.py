@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflab.conditions import (
+from rooflab.conditions.cpu import (
     ADDS_PER_BLOCK,
     ClockUnavailable,
     _add_block_asm,
@@ -153,7 +153,7 @@ def test_blas_info_names_the_library_and_threading_variables(monkeypatch):
 def test_a_reading_far_below_the_last_is_taken_again(monkeypatch):
     """A virtual CPU stopped by its hypervisor slows every run of one probe: the probe is taken
     again and the highest reading kept; a clock that really fell stays low."""
-    from rooflab import conditions
+    from rooflab.conditions import cpu as conditions
 
     real_hz = measure_cpu_clock_hz()
     real = conditions.time_add_blocks_s

@@ -13,7 +13,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "rooflab"
 CUDA = SRC / "backends" / "cuda.py"
-NVML = SRC / "nvml_conditions.py"
+NVML = SRC / "conditions" / "nvml.py"
 # The files that call CuPy's low-level modules by these names, and how many such calls each has
 # at least (the reading found them).
 CUPY_CALLERS = {CUDA: 8, SRC.parents[1] / "benchmarks" / "gpu_ceilings_vs_references.py": 1}

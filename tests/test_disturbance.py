@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from rooflab.backends.cpu import CpuBackend
-from rooflab.conditions import ClockUnavailable, measure_cpu_clock_hz
-from rooflab.disturbance import (
+from rooflab.conditions.cpu import ClockUnavailable, measure_cpu_clock_hz
+from rooflab.conditions.disturbance import (
     DisturbanceProbe,
     DisturbanceSettings,
     PhaseDisturbance,

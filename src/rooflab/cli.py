@@ -271,7 +271,7 @@ def _backend_and_config(args):
 
 
 def cmd_measure_ceilings(args) -> None:
-    from rooflab.disturbance import DisturbanceSettings
+    from rooflab.conditions.disturbance import DisturbanceSettings
     from rooflab.experiments import ceilings
     from rooflab.records import write_run
 

@@ -109,7 +109,7 @@ TABLES: dict[str, pa.Schema] = {
             # The samples behind the value: the sweep point or FMA round that gave it, or the
             # library GEMM's configuration.
             ("config_id", _S),
-            # What the rest of the machine took from the measurement (rooflab.disturbance):
+            # What the rest of the machine took from the measurement (conditions.disturbance):
             # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
             # other processes used and the share the hypervisor stole while it sampled, and other
             # processes seen on the GPU (null on a CPU).
@@ -135,7 +135,7 @@ TABLES: dict[str, pa.Schema] = {
             ("window_s", _F),
             ("iqr_ratio", _F),
             ("level", _S),
-            # What the rest of the machine took from the measurement (rooflab.disturbance):
+            # What the rest of the machine took from the measurement (conditions.disturbance):
             # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
             # other processes used and the share the hypervisor stole while it sampled, and other
             # processes seen on the GPU (null on a CPU).
@@ -202,7 +202,7 @@ TABLES: dict[str, pa.Schema] = {
             ("clock_capped", _B),
             ("clock_events", _S),
             ("threads", _I),  # the GEMM library's thread pool, set explicitly (null on a GPU)
-            # What the rest of the machine took from the measurement (rooflab.disturbance):
+            # What the rest of the machine took from the measurement (conditions.disturbance):
             # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
             # other processes used and the share the hypervisor stole while it sampled, and other
             # processes seen on the GPU (null on a CPU).

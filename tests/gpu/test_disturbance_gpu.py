@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from rooflab.disturbance import DisturbanceSettings
+from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.runs import quiet_check
 from rooflab.experiments.timing import TimingSettings

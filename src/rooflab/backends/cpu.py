@@ -1,7 +1,7 @@
 """The CPU backend: numpy (BLAS) for GEMM, numba kernels for ceilings, host clock for timing.
 
 CPU work is synchronous, so a host clock around the call is the whole interval. Conditions come
-from rooflab.conditions (the effective clock is measured, not read from /proc/cpuinfo).
+from rooflab.conditions.cpu (the effective clock is measured, not read from /proc/cpuinfo).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from datetime import datetime
 import numba
 import numpy as np
 
-from rooflab import conditions, machine
+from rooflab import machine
 from rooflab.backends import cpu_kernels
 from rooflab.backends.base import Backend, BackendError, GemmOperands, Workload
 from rooflab.backends.random_operands import random_nonzero
+from rooflab.conditions import cpu as cpu_conditions
 
 NUMPY_DTYPES = {"fp64": np.float64, "fp32": np.float32}
 FLUSH_SETTLE_S = 0.5e-3
@@ -49,7 +50,7 @@ class CpuBackend(Backend):
         self._flush_chunks = np.array_split(np.zeros(self.flush_bytes // 8), threads)
         self._flush_pool = ThreadPoolExecutor(threads, thread_name_prefix="rooflab-flush")
         self.flush_cache()  # first touch now, not in the first cold sample
-        conditions.warm_up()
+        cpu_conditions.warm_up()
 
     # -- identity and conditions --
     def run_metadata(self) -> dict:
@@ -68,11 +69,11 @@ class CpuBackend(Backend):
             "runtime_version": None,
             "library_versions": versions,
             "machine": self.identity,
-            "blas": conditions.blas_info(),
+            "blas": cpu_conditions.blas_info(),
         }
 
     def read_conditions(self, phase: str, config_id: str | None = None) -> dict:
-        reading = conditions.read_cpu_conditions()
+        reading = cpu_conditions.read_cpu_conditions()
         governor = reading.get("governor")
         return {
             "t": datetime.fromisoformat(reading["t"]),
@@ -99,8 +100,10 @@ class CpuBackend(Backend):
 
     def sample_clock_mhz(self) -> float | None:
         try:
-            return conditions.measure_cpu_clock_hz(min_time_s=5e-5) / 1e6
-        except conditions.ClockUnavailable:  # every probe preempted: no reading, not a wrong one
+            return cpu_conditions.measure_cpu_clock_hz(min_time_s=5e-5) / 1e6
+        except (
+            cpu_conditions.ClockUnavailable
+        ):  # every probe preempted: no reading, not a wrong one
             return None
 
     # -- memory and caches --
@@ -180,7 +183,7 @@ class CpuBackend(Backend):
             yield threads
 
     def library_threads(self) -> int | None:
-        blas = conditions.blas_info().get("blas_libraries") or [{}]
+        blas = cpu_conditions.blas_info().get("blas_libraries") or [{}]
         return blas[0].get("num_threads")
 
     def default_threads(self) -> int:

@@ -8,7 +8,7 @@ Read against DESIGN.md §4:
   enqueue it. The host waits on the stop event (explicit synchronisation) before reading it.
 - Cold cache: `flush_cache` reads a device buffer of 2x the L2 size (cudaDevAttrL2CacheSize)
   on the same stream, before the sample's events, leaving clean lines (as ncu's flush does).
-- Conditions: NVML (rooflab.nvml_conditions), read only; a background sampler runs during each
+- Conditions: NVML (rooflab.conditions.nvml), read only; a background sampler runs during each
   measurement.
 - GEMM: cublasGemmEx on rooflab's own cuBLAS handle (default math mode, host pointer mode), with
   the data and compute types of rooflab.backends.cublas_args.GEMM_TYPES: fp64, fp32, TF32 tensor
@@ -45,7 +45,7 @@ from rooflab.backends.base import (
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
 from rooflab.backends.cublas_args import GEMM_TYPES, row_major_gemm
 from rooflab.backends.random_operands import random_nonzero
-from rooflab.nvml_conditions import ConditionSampler, GpuMonitor
+from rooflab.conditions.nvml import ConditionSampler, GpuMonitor
 
 BLOCK = 256  # threads per block of every rooflab kernel
 STREAM_ARRAYS = {"read": 1, "copy": 2, "triad": 3}

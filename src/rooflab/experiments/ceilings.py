@@ -16,14 +16,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from rooflab.backends.base import Backend, BackendError, Workload
-from rooflab.config import ConfigError
-from rooflab.disturbance import (
+from rooflab.conditions.disturbance import (
     DisturbanceSettings,
     Verdict,
     add_gpu_processes,
     probe,
     wait_until_idle,
 )
+from rooflab.conditions.nvml import clock_flags
+from rooflab.config import ConfigError
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.timing import (
     Progress,
@@ -37,7 +38,6 @@ from rooflab.experiments.timing import (
     summarize,
     take_sample,
 )
-from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import UnitError, format_quantity, parse_bytes
 from rooflab.vocabulary import CacheState

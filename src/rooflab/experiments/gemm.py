@@ -6,12 +6,12 @@ import itertools
 from dataclasses import dataclass
 
 from rooflab.backends.base import Backend, BackendError
-from rooflab.disturbance import add_gpu_processes
+from rooflab.conditions.disturbance import add_gpu_processes
+from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.timing import Progress, TimingSettings, measure, sample_rows
 from rooflab.model import gemm_ledger, tensor_bytes
-from rooflab.nvml_conditions import clock_flags
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
 from rooflab.vocabulary import CacheState

@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 
 from rooflab.backends.base import Backend
-from rooflab.disturbance import DisturbanceSettings, QuietCheck, wait_for_quiet
+from rooflab.conditions.disturbance import DisturbanceSettings, QuietCheck, wait_for_quiet
 from rooflab.records import SCHEMA_VERSION, git_state, stable_hash
 
 

@@ -2,9 +2,9 @@
 
 Read against DESIGN.md §4: warm-up ends before the first sample; for `cold`, the cache flush runs
 before each sample and outside the timed region; the clock and what the rest of the machine took
-from the sample (rooflab.disturbance) are read after each sample, also outside it; every raw sample
-is kept; a disturbed one is left out of the statistics and re-taken, a bounded number of times;
-the clean ones are summarised by median and IQR, never by the fastest alone.
+from the sample (conditions.disturbance) are read after each sample, also outside it; every raw
+sample is kept; a disturbed one is left out of the statistics and re-taken, a bounded number of
+times; the clean ones are summarised by median and IQR, never by the fastest alone.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from rooflab.backends.base import Backend
-from rooflab.disturbance import DisturbanceSettings, PhaseDisturbance, Verdict, judge, probe
+from rooflab.conditions.disturbance import (
+    DisturbanceSettings,
+    PhaseDisturbance,
+    Verdict,
+    judge,
+    probe,
+)
 from rooflab.vocabulary import CACHE_STATES, CacheState
 
 
@@ -49,7 +55,7 @@ class TimingSettings:
 class Sample:
     seconds: float
     clock_mhz: float | None
-    # What the rest of the machine took from it (rooflab.disturbance); None where unread.
+    # What the rest of the machine took from it (rooflab.conditions.disturbance); None where unread.
     wait_s: float | None = None
     cpu_s: float | None = None
     involuntary_switches: int | None = None

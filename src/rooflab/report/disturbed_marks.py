@@ -1,5 +1,5 @@
-"""How the charts mark a measurement other processes took time from (rooflab.disturbance): a ring
-around its point on a Roofline, its own colour in the sample distributions."""
+"""How the charts mark a measurement other processes took time from (conditions.disturbance): a
+ring around its point on a Roofline, its own colour in the sample distributions."""
 
 from __future__ import annotations
 

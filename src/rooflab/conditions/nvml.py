@@ -312,7 +312,7 @@ class ConditionSampler:
         self._thread = threading.Thread(target=self._run, name="rooflab-nvml", daemon=True)
 
     def _run(self) -> None:
-        from rooflab.disturbance import probe
+        from rooflab.conditions.disturbance import probe
 
         probe().exclude_current_thread()  # its wake-ups are not the measurement's
         try:
