@@ -17,7 +17,7 @@ include: "rules/store.smk"
 
 
 # Light rules run where Snakemake runs, never on a cluster node: ingest, the only writer of the
-# database, stays on one host (README.md, "Running on a cluster").
+# database, stays on one host (docs/cluster.md).
 localrules:
     roofline,
     ingest,
