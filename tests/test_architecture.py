@@ -201,3 +201,24 @@ def test_the_cache_states_are_one_vocabulary():
     for name, path in MODULES.items():
         if name != "vocabulary":
             assert not spelled.search(path.read_text(encoding="utf-8")), name
+
+
+def test_the_report_reads_named_views_only():
+    """No SQL and no DuckDB inside report/: it reads the store through store.read_view, so a
+    user's `SELECT * FROM <view>` and a chart agree by construction."""
+    import re
+
+    sql = re.compile(r"\b(SELECT|FROM|WHERE|GROUP BY|QUALIFY)\b.*\b(FROM|BY|AS)\b")
+    for name, path in MODULES.items():
+        if name.startswith("report"):
+            text = path.read_text(encoding="utf-8")
+            assert "duckdb" not in text, name
+            code = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+            assert not [line for line in code if sql.search(line) and "rooflab query" not in line]
+
+
+def test_every_view_is_documented():
+    from rooflab.store.views import VIEWS_SQL
+
+    described = (SRC.parents[1] / "docs" / "store.md").read_text(encoding="utf-8")
+    assert [name for name in VIEWS_SQL if f"`{name}`" not in described] == []

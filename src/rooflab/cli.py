@@ -462,7 +462,7 @@ def cmd_runs(args) -> None:
             judged = row.pop("n_judged")
             row["n_disturbed"] = "" if judged is None else f"{row['n_disturbed']}/{judged}"
             row["busy_warning"] = "busy" if row["busy_warning"] else ""
-            del row["ended_at"]
+            del row["ended_at"], row["backend_note"]  # a sentence: in --format json
     _print_result(rows, args.format)
     if args.format == "table":
         for run_id, warning in warnings:

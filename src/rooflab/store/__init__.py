@@ -13,6 +13,7 @@ from rooflab.store.connection import (
     StoreLocked,
     connect_read_only,
     query,
+    read_view,
 )
 from rooflab.store.views import VIEWS_SQL
 from rooflab.store.writer import DEFAULT_RESULTS, IngestReport, ingest, rebuild
@@ -28,5 +29,6 @@ __all__ = [
     "connect_read_only",
     "ingest",
     "query",
+    "read_view",
     "rebuild",
 ]

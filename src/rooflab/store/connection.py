@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rooflab.store.views import VIEWS_SQL
+
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
@@ -138,3 +140,37 @@ def query(
 
 
 # -- writing --------------------------------------------------------------------------------------
+
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def read_view(
+    connection: duckdb.DuckDBPyConnection,
+    name: str,
+    *,
+    order_by: tuple[str, ...] = (),
+    **equal: object,
+) -> pd.DataFrame:
+    """The rows of one named view whose columns equal the values given, ordered by `order_by`
+    (column names): how a reader such as the report gets its numbers, with no SQL of its own."""
+    import duckdb
+
+    if name not in VIEWS_SQL:
+        raise StoreError(f"no view {name!r}; views: {', '.join(VIEWS_SQL)}")
+    for column in (*equal, *order_by):
+        if not _IDENTIFIER.fullmatch(column):
+            raise StoreError(f"view {name}: {column!r} is not a column name")
+    where = " AND ".join(f"{column} = ?" for column in equal)
+    sql = f"SELECT * FROM {name}" + (f" WHERE {where}" if where else "")
+    sql += f" ORDER BY {', '.join(order_by)}" if order_by else ""
+    try:
+        return connection.execute(sql, list(equal.values())).df()
+    except duckdb.CatalogException as error:
+        raise StoreError(
+            f"the store lacks view {name} or one of its columns ({_one_line(error)}); a store "
+            "written by an older rooflab gets the current views at its next `rooflab store "
+            "ingest`"
+        ) from None
+    except duckdb.Error as error:
+        raise StoreError(f"view {name}: {_one_line(error)}") from None
