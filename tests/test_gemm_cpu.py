@@ -269,6 +269,7 @@ def test_cli_refusals_write_nothing(tmp_path, sweep, says):
     assert not out.exists() or not any(out.rglob("*"))
 
 
+@pytest.mark.slow
 def test_killed_measurement_leaves_no_parquet(tmp_path):
     out = tmp_path / "out"
     process = subprocess.Popen(

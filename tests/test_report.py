@@ -468,6 +468,7 @@ def _render_in_browser(report, tmp_path) -> None:
 NO_CHROMIUM = "chromium is not installed (apt-get install chromium)"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
     _render_in_browser(built, tmp_path)
@@ -883,6 +884,7 @@ def test_failed_configuration_is_listed_under_the_roofline_and_not_drawn(history
     assert "Failed correctness, not drawn" in section and history["failing"] in section
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(history, tmp_path):
     assert history["report"].index.stat().st_size < 10_000_000
@@ -949,6 +951,7 @@ def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(co
     assert "constructed" in page  # the machine says what it is
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_constructed_counters_report_renders_in_a_real_browser(constructed_report, tmp_path):
     _render_in_browser(constructed_report["report"], tmp_path)
@@ -1082,7 +1085,7 @@ def test_distributions_leave_disturbed_samples_out_and_colour_disturbed_points(d
 
 
 def test_a_store_of_runs_before_disturbance_counts_none_and_says_not_judged(constructed_report):
-    from rooflab.report.queries import NOT_JUDGED
+    from rooflab.store.views import NOT_JUDGED
 
     report = constructed_report["report"]
     versions = query(constructed_report["db"], "SELECT DISTINCT schema_version FROM runs")

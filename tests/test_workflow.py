@@ -14,6 +14,9 @@ import yaml
 
 from tests.conftest import REPO, copy_workflow, installed_script, run_rooflab
 
+# A real campaign (about 40 s on two cores) and a killed one: run by .ci/run (pytest -m slow).
+pytestmark = pytest.mark.slow
+
 TINY = {
     "backend": "cpu",
     "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},

@@ -1,14 +1,12 @@
-"""Hardware counters (issue 7): tool parsers against recorded tool output only (tests/fixtures/),
-and the pairing, calibration and fail-closed rules with constructed inputs (our own structures)."""
+"""rooflab.counters.ncu (issue 7): the ncu command line, ncu missing or refused, metric
+availability per chip, the raw CSV and the bytes and FLOPs summed from it, against recorded
+tool output only (tests/fixtures/ncu) and our own rows."""
 
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
-import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,37 +15,23 @@ import pytest
 
 from rooflab.backends.base import nvtx_name
 from rooflab.counters import (
-    Calibration,
     KernelMetric,
-    Pairing,
-    PairingError,
     Unavailable,
-    UntrustedCounts,
-    bypassed_levels,
     bytes_by_level,
     calibrate,
     counter_rows,
     counters_range,
-    derive_cpu,
     flops_from_counters,
-    hierarchical_points,
-    llc_line_bytes,
     missing_metrics,
-    model_vs_counted,
     ncu_command,
     ncu_problem,
     ncu_version,
     nvtx_push_pop_filter,
-    pair,
     parse_ncu_csv,
-    parse_perf_stat,
     parse_query_metrics,
-    perf_stat_command,
     plan_collection,
-    pmu_note,
     query_available_metrics,
     run_ncu,
-    run_perf_stat,
     sum_over_kernels,
     wanted_metrics,
 )
@@ -68,19 +52,8 @@ from rooflab.counters.ncu import (
     parse_ncu_version,
     replay_passes,
 )
-from rooflab.counters.perf import DEFAULT_EVENTS
-from rooflab.counters.tool import ToolRun, run_tool
-
-FIXTURES = Path(__file__).parent / "fixtures"
-NCU_FIXTURES = FIXTURES / "ncu"
-PERF_FIXTURES = FIXTURES / "perf"
-OWED = "fixture owed: record on a GPU"
-
-
-def read(path: Path) -> str:
-    if not path.exists():
-        pytest.skip(f"{OWED} ({path.relative_to(FIXTURES)})")
-    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+from rooflab.counters.tool import ToolRun
+from tests.counters_fixtures import CONFIG, NCU_FIXTURES, OWED, read
 
 
 def option(argv, name):
@@ -448,17 +421,6 @@ sys.exit({code})
     return script
 
 
-def test_a_tools_output_file_is_read_back_and_an_earlier_runs_file_never_is(tmp_path):
-    out = tmp_path / "out.txt"
-    writes = ["/bin/sh", "-c", f"echo counted >{out}; echo said; echo warned >&2"]
-    run = run_tool("ncu", writes, 60, out)
-    assert (run.returncode, run.file_text, run.output) == (0, "counted\n", "said\n\nwarned\n")
-    run = run_tool("ncu", ["/bin/sh", "-c", "exit 3"], 60, out)  # wrote nothing this time
-    assert (run.returncode, run.file_text, run.output) == (3, None, "")
-    assert not out.exists()
-    assert run_tool("ncu", ["/bin/sh", "-c", "echo only"], 60).output == "only\n"
-
-
 def test_csv_not_understood_is_unavailable_not_a_crash(tmp_path):
     text = read(NCU_FIXTURES / "import_sample" / "sobelDouble.raw.csv")
     broken = text + text.splitlines()[-1].rsplit(",", 1)[0] + "\n"  # a row cut short
@@ -610,444 +572,3 @@ def test_tensor_ops_per_dtype_with_the_chips_alternative():
     bf16 = {"sm__ops_path_tensor_src_bf16_dst_fp32.sum": 3e9}
     assert flops_from_counters(bf16, tensor_flop_per_op=2).flops("bf16_tensor") == 6e9
     assert flops_from_counters(bf16).flops("tf32_tensor") is None
-
-
-# -- calibration ---------------------------------------------------------------------------------
-
-M, N, K = 64, 4096, 4096
-F = 2 * M * N * K
-
-
-@pytest.mark.parametrize(
-    ("counted", "trusted", "words"),
-    [
-        (F, True, "counted/2MNK = 1, within 1%"),
-        (F * 1.005, True, "within 1%"),
-        (F * 0.995, True, "within 1%"),
-        (F * 1.0099, True, "within 1%"),
-        (F * 1.0101, False, "more than 1%"),
-        (F * 1.02, False, "counted/2MNK = 1.02 (off by 2.00%, more than 1%)"),
-        (F * 0.98, False, "counted/2MNK = 0.98 (off by 2.00%, more than 1%)"),
-        (F / 2, False, "counted/2MNK = 0.5 (off by 50.00%"),
-        (0, False, f"counter reads zero for 2MNK = {F} FLOP"),
-        (None, False, "counter missing"),
-        (math.nan, False, "not a count"),
-        (-1.0, False, "not a count"),
-    ],
-)
-def test_calibrate(counted, trusted, words):
-    result = calibrate(counted, M, N, K, path="bf16_tensor")
-    assert result.trusted is trusted
-    assert result.expected_flops == F
-    assert result.reason.startswith("bf16_tensor: ")
-    assert words in result.reason
-    if not trusted:
-        assert "untrusted" in result.reason
-    if counted is not None and math.isfinite(counted) and counted >= 0:
-        assert result.ratio == counted / F  # stored: how far the counter was off
-    else:
-        assert result.ratio is None
-
-
-def test_calibrate_refuses_nonsense_shapes_and_tolerances():
-    with pytest.raises(ValueError):
-        calibrate(F, 0, N, K)
-    for tolerance in (1.5, 1.0, -0.01):
-        with pytest.raises(ValueError, match="tolerance must be in"):
-            calibrate(F, M, N, K, tolerance=tolerance)
-    assert calibrate(F, M, N, K, tolerance=0.0).trusted  # an exact count passes a zero tolerance
-    assert calibrate(2 * N * K, 1, N, K).trusted  # M = 1, the weight-reuse sweep's first point
-    assert not calibrate(F + 2, M, N, K, tolerance=0.0).trusted
-
-
-# -- pairing ---------------------------------------------------------------------------------------
-
-CONFIG = "main/bf16/nn/m64_n4096_k4096"
-
-
-def timing(cache_state, median_s, run_id="20260101T000000Z-aaaa", config_id=CONFIG, **extra):
-    return {
-        "run_id": run_id,
-        "config_id": config_id,
-        "cache_state": cache_state,
-        "median_s": median_s,
-        "sweep": "main",
-        "m": M,
-        "n": N,
-        "k": K,
-        "dtype": "bf16",
-        "layout": "nn",
-        **extra,
-    }
-
-
-TIMINGS = [timing("warm", 20e-6), timing("cold", 35e-6), timing("cold", 1.0, config_id="other")]
-
-
-def test_flushed_replay_pairs_with_cold_and_no_flush_with_warm():
-    cold = pair({"config_id": CONFIG, "cache_control": "all"}, TIMINGS)
-    assert (cold.cache_state, cold.timing["median_s"]) == ("cold", 35e-6)
-    assert cold.label == "flushed replay ↔ cold timing"
-    warm = pair({"config_id": CONFIG, "cache_control": "none"}, TIMINGS)
-    assert (warm.cache_state, warm.timing["median_s"]) == ("warm", 20e-6)
-    assert warm.label == "no-flush replay ↔ warm timing"
-
-
-def test_never_paired_across_cache_states():
-    only_warm = [timing("warm", 20e-6)]
-    with pytest.raises(PairingError, match=r"pairs only with a cold timing.*never paired across"):
-        pair({"config_id": CONFIG, "cache_control": "all"}, only_warm)
-    only_cold = [timing("cold", 35e-6)]
-    with pytest.raises(PairingError, match="pairs only with a warm timing"):
-        pair({"config_id": CONFIG, "cache_control": "none"}, only_cold)
-    with pytest.raises(PairingError, match="no pairing rule"):
-        pair({"config_id": CONFIG, "cache_control": "some"}, TIMINGS)
-
-
-def test_pairing_takes_the_newest_run_of_the_same_machine():
-    timings = [
-        timing("cold", 30e-6, run_id="20260102T000000Z-bbbb", machine_id="a"),
-        timing("cold", 40e-6, run_id="20260101T000000Z-aaaa", machine_id="a"),
-        timing("cold", 10e-6, run_id="20260103T000000Z-cccc", machine_id="b"),
-    ]
-    chosen = pair({"config_id": CONFIG, "cache_control": "all", "machine_id": "a"}, timings)
-    assert chosen.timing["median_s"] == 30e-6
-    with pytest.raises(PairingError, match="on machine c"):
-        pair({"config_id": CONFIG, "cache_control": "all", "machine_id": "c"}, timings)
-    with pytest.raises(PairingError, match="no usable median_s"):
-        pair({"config_id": CONFIG, "cache_control": "all"}, [timing("cold", 0.0)])
-
-
-# -- hierarchical points (fail closed) -------------------------------------------------------------
-
-CEILINGS = {"HBM": 4e12, "L2": 1.2e13, "bf16_tensor": 7e14}
-
-
-def trusted() -> Calibration:
-    return calibrate(F * 1.002, M, N, K, path="bf16_tensor")
-
-
-def cold_pairing() -> Pairing:
-    return pair({"config_id": CONFIG, "cache_control": "all"}, TIMINGS)
-
-
-@pytest.mark.parametrize("counted", [0, None, F * 1.02, F / 2])
-def test_untrusted_counts_never_reach_a_point(counted):
-    untrusted = calibrate(counted, M, N, K, path="bf16_tensor")
-    levels = {"HBM": 3.4e7, "L2": 1e8}
-    with pytest.raises(UntrustedCounts, match="no Roofline point"):
-        hierarchical_points(cold_pairing(), untrusted, levels, CEILINGS, "bf16_tensor")
-
-
-def test_a_calibration_admits_only_its_own_path_and_shape():
-    levels = {"HBM": 3.4e7}
-    with pytest.raises(UntrustedCounts, match="cannot admit a point on path fp16_tensor"):
-        hierarchical_points(
-            cold_pairing(), trusted(), levels, CEILINGS | {"fp16_tensor": 1}, "fp16_tensor"
-        )
-    other_shape = calibrate(2 * 128 * N * K, 128, N, K, path="bf16_tensor")
-    with pytest.raises(ValueError, match="calibration is for"):
-        hierarchical_points(cold_pairing(), other_shape, levels, CEILINGS, "bf16_tensor")
-
-
-def test_hierarchical_points_name_the_limiting_level():
-    # F = 2^31 FLOP. HBM: I = F/3.4e7 = 63.2, B·I = 2.5e14; L2: I = F/2e8 = 10.7, B·I = 1.3e14
-    levels = {"HBM": 3.4e7, "L2": 2e8, "L1": 5e8}
-    rows = hierarchical_points(
-        cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor", counters_run_id="c1"
-    )
-    assert [r["level"] for r in rows] == ["HBM", "L2", "L1"]
-    by_level = {r["level"]: r for r in rows}
-    for level, q in levels.items():
-        assert by_level[level]["intensity"] == pytest.approx(F / q)
-        assert by_level[level]["bytes"] == q
-    assert by_level["HBM"]["attainable_flops_per_s"] == pytest.approx(4e12 * F / 3.4e7)
-    assert by_level["L2"]["attainable_flops_per_s"] == pytest.approx(1.2e13 * F / 2e8)
-    # each level's bound: its bytes at its bandwidth, or the compute time where that is longer
-    assert by_level["HBM"]["bound_s"] == pytest.approx(3.4e7 / 4e12)
-    assert by_level["L2"]["bound_s"] == pytest.approx(2e8 / 1.2e13)
-    assert {r["limiting_level"] for r in rows} == {"L2"}
-    assert {r["limiter"] for r in rows} == {"L2"}
-    hier = 1.2e13 * F / 2e8
-    for row in rows:
-        assert row["hierarchical_attainable_flops_per_s"] == pytest.approx(hier)
-    # L1 has no measured ceiling here: its intensity is kept, no bound is made up
-    assert by_level["L1"]["bandwidth_b_per_s"] is None
-    assert by_level["L1"]["attainable_flops_per_s"] is None
-    for row in rows:
-        assert row["q_source"] == "counters"
-        assert row["flops"] == F  # useful work; the counted FLOPs only admitted the point
-        assert row["flops_counted"] == pytest.approx(F * 1.002)
-        assert row["median_s"] == 35e-6  # the cold timing's median, never a counter duration
-        assert row["achieved_flops_per_s"] == pytest.approx(F / 35e-6)
-        assert row["efficiency"] == pytest.approx(F / 35e-6 / hier)
-        assert row["pairing"] == "flushed replay ↔ cold timing"
-        assert row["cache_state"] == "cold" and row["cache_control"] == "all"
-        assert row["counters_run_id"] == "c1"
-
-
-def test_compute_limits_when_every_level_allows_more():
-    # HBM: I = 2147, B·I = 8.6e15; L2: I = 1074, B·I = 1.3e16; both above C = 7e14
-    levels = {"HBM": 1e6, "L2": 2e6}
-    rows = hierarchical_points(cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor")
-    assert {r["limiter"] for r in rows} == {"compute"}
-    assert {r["limiting_level"] for r in rows} == {"HBM"}  # still the tighter of the two levels
-    assert {r["hierarchical_attainable_flops_per_s"] for r in rows} == {7e14}
-    assert all(r["attainable_flops_per_s"] == 7e14 for r in rows)
-    assert all(r["bound_s"] == pytest.approx(F / 7e14) for r in rows)
-
-
-def test_hierarchical_points_need_a_ceiling():
-    with pytest.raises(ValueError, match="no bandwidth ceiling"):
-        hierarchical_points(cold_pairing(), trusted(), {"L1": 1e8}, CEILINGS, "bf16_tensor")
-    with pytest.raises(ValueError, match="no compute ceiling"):
-        hierarchical_points(cold_pairing(), trusted(), {"HBM": 1e8}, {"HBM": 1e12}, "bf16_tensor")
-
-
-@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
-def test_hierarchical_points_refuse_counted_bytes_that_are_not_a_count(bad):
-    with pytest.raises(ValueError, match="counted bytes must be finite and >= 0"):
-        hierarchical_points(
-            cold_pairing(), trusted(), {"HBM": 3.4e7, "L2": bad}, CEILINGS, "bf16_tensor"
-        )
-
-
-def test_zero_counted_bytes_at_a_level_give_no_memory_bound_there():
-    # zero is a count (warm operands that never left the L2), not a missing counter
-    rows = hierarchical_points(
-        cold_pairing(), trusted(), {"HBM": 0.0, "L2": 2e8}, CEILINGS, "bf16_tensor"
-    )
-    hbm = next(r for r in rows if r["level"] == "HBM")
-    assert hbm["intensity"] == math.inf and hbm["attainable_flops_per_s"] == 7e14
-    assert {r["limiting_level"] for r in rows} == {"L2"}
-
-
-def test_a_level_counting_fewer_bytes_than_the_one_outside_it_gets_no_point():
-    # as recorded on an H200 (tests/fixtures/ncu/gemm/bf16_m4096_n4096_k4096_cache-all): cuBLAS
-    # loads through TMA, so l1tex__t_bytes saw 12,160 B against 1.0 GB at L2
-    levels = {"HBM": 1.767e8, "L2": 1.017e9, "L1": 12_160.0}
-    assert set(bypassed_levels(levels)) == {"L1"}
-    assert "12160 B counted, under 0.5 x the 1.017e+09 B at L2" in bypassed_levels(levels)["L1"]
-    rows = hierarchical_points(cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor")
-    assert [r["level"] for r in rows] == ["HBM", "L2"]
-    # L1 at zero: no point either; L2 below HBM: the same rule one level out
-    assert set(bypassed_levels({"HBM": 3.4e7, "L2": 6.4e7, "L1": 0.0})) == {"L1"}
-    assert set(bypassed_levels({"HBM": 3.4e7, "L2": 0.0})) == {"L2"}
-    # equal counts, more inside, or a little less (the H200's SIMT SGEMM, fp32 2048^3: 0.99 x
-    # its L2 bytes at L1): every level kept
-    assert bypassed_levels({"HBM": 3.4e7, "L2": 3.4e7, "L1": 5e8}) == {}
-    assert bypassed_levels({"HBM": 3.614e7, "L2": 4.23e8, "L1": 4.194e8}) == {}
-    assert set(bypassed_levels({"HBM": 3.614e7, "L2": 4.23e8, "L1": 2.1e8})) == {"L1"}
-
-
-# -- model vs counted bytes ------------------------------------------------------------------------
-
-
-def test_model_vs_counted_direction():
-    over = model_vs_counted(34_078_720, 12_000_000)
-    assert over.direction == "model over-counts"
-    assert over.ratio == pytest.approx(12_000_000 / 34_078_720)
-    assert "by 2.84x" in over.statement
-    under = model_vs_counted(34_078_720, 40_000_000)
-    assert under.direction == "model under-counts" and under.ratio > 1
-    assert "under-counts by 1.17x" in under.statement
-    assert model_vs_counted(1e6, 1.005e6).direction == "agrees"
-    assert model_vs_counted(1e6, 0).direction == "model over-counts"
-    with pytest.raises(ValueError):
-        model_vs_counted(0, 1e6)
-    with pytest.raises(ValueError):
-        model_vs_counted(1e6, math.nan)
-
-
-# -- perf (recorded on this development machine) ---------------------------------------------------
-
-
-def test_perf_stat_command():
-    cmd = perf_stat_command(DEFAULT_EVENTS, ["python", "-c", "pass"], output_path="/tmp/p.txt")
-    assert cmd.argv == (
-        "perf",
-        "stat",
-        "-x,",
-        "-e",
-        "cycles,instructions,LLC-load-misses,LLC-loads,cache-misses",
-        "-o",
-        "/tmp/p.txt",
-        "--",
-        "python",
-        "-c",
-        "pass",
-    )
-    with pytest.raises(ValueError):
-        perf_stat_command([], ["true"])
-
-
-@pytest.mark.parametrize("name", ["matmul_default.stderr.txt", "matmul_ofile.perf.txt"])
-def test_perf_not_supported_everywhere_is_unavailable_with_the_reason(name):
-    stat = parse_perf_stat(read(PERF_FIXTURES / name))
-    assert list(stat.counts) == list(DEFAULT_EVENTS)
-    assert {c.status for c in stat.counts.values()} == {"not supported"}
-    assert all(c.value is None for c in stat.counts.values())
-    assert stat.other_lines == []
-    result = derive_cpu(stat, line_bytes=64, note="no CPU PMU exposed to this kernel")
-    assert result.status == "unavailable"
-    assert result.measured == {} and result.derived == []
-    assert result.reason == (
-        "perf: cycles, instructions, LLC-load-misses, LLC-loads, cache-misses <not supported>"
-        " (no CPU PMU exposed to this kernel)"
-    )
-
-
-def test_perf_counted_software_event_beside_unsupported_ones():
-    stat = parse_perf_stat(read(PERF_FIXTURES / "matmul_task_clock.stderr.txt"))
-    clock = stat.counts["task-clock"]
-    assert (clock.status, clock.value, clock.unit, clock.percent_running) == (
-        "counted",
-        339.61,
-        "msec",
-        100.0,
-    )
-    result = derive_cpu(stat, ("task-clock", *DEFAULT_EVENTS), line_bytes=64)
-    assert result.status == "partial"
-    assert result.measured == {"task-clock": 339.61}
-    assert result.derived == []  # nothing follows from task-clock alone
-    assert "cycles, instructions, LLC-load-misses, LLC-loads, cache-misses <not supported>" in (
-        result.reason
-    )
-
-
-def test_perf_not_counted_and_syntax_errors():
-    group = parse_perf_stat(read(PERF_FIXTURES / "group_not_counted.stderr.txt"))
-    assert group.counts["task-clock"].status == "not counted"
-    assert group.counts["cycles"].status == "not supported"
-    result = derive_cpu(group, ("task-clock", "cycles"))
-    assert result.status == "unavailable"
-    assert result.reason == "perf: task-clock <not counted>; cycles <not supported>"
-    error = parse_perf_stat(read(PERF_FIXTURES / "fp_event_syntax_error.stderr.txt"), 129)
-    assert error.counts == {} and error.returncode == 129
-    result = derive_cpu(error, ("fp_arith_inst_retired.scalar_double",))
-    assert result.status == "unavailable"
-    assert result.reason.startswith(
-        "perf: fp_arith_inst_retired.scalar_double not in perf's output | perf said: "
-        "event syntax error: 'fp_arith_inst_retired.scalar_double'"
-    )
-
-
-def test_derive_cpu_from_counted_events():
-    """The arithmetic of derive_cpu on our own PerfStat (a machine with a PMU is owed)."""
-    lines = [
-        "2000000,,cycles,1000,100.00,,",
-        "3000000,,instructions,1000,100.00,1.50,insn per cycle",
-        "1000,,LLC-load-misses,1000,100.00,,",
-        "4000,,LLC-loads,1000,100.00,,",
-    ]
-    result = derive_cpu(parse_perf_stat("\n".join(lines)), DEFAULT_EVENTS[:4], line_bytes=64)
-    assert result.status == "ok" and result.reason is None
-    derived = {d["name"]: d for d in result.derived}
-    assert derived["ipc"]["value"] == 1.5
-    assert derived["llc_load_miss_ratio"]["value"] == 0.25
-    estimate = derived["llc_miss_bytes_estimate"]
-    assert (estimate["value"], estimate["unit"], estimate["kind"]) == (64000, "B", "estimate")
-    assert "loads only" in estimate["basis"]
-    no_line = derive_cpu(parse_perf_stat("\n".join(lines)), DEFAULT_EVENTS[:4], line_bytes=None)
-    assert "llc_miss_bytes_estimate" not in {d["name"] for d in no_line.derived}
-
-
-def test_derive_cpu_from_a_partial_pmu_derives_only_what_its_counts_allow():
-    """A PMU that counts cycles and LLC loads but not instructions or LLC misses (the status
-    lines in perf's own format, as in tests/fixtures/perf): no ratio is made from half of it."""
-    lines = [
-        "2000000,,cycles,1000,100.00,,",
-        "<not supported>,,instructions,0,100.00,,",
-        "<not supported>,,LLC-load-misses,0,100.00,,",
-        "4000,,LLC-loads,1000,100.00,,",
-    ]
-    result = derive_cpu(parse_perf_stat("\n".join(lines)), DEFAULT_EVENTS[:4], line_bytes=64)
-    assert result.status == "partial" and result.derived == []
-    assert result.measured == {"cycles": 2e6, "LLC-loads": 4000}
-    assert result.reason == "perf: instructions, LLC-load-misses <not supported>"
-
-
-def test_pmu_note_and_line_size_from_sysfs_shaped_folders(tmp_path):
-    devices = tmp_path / "devices"
-    for name in ("breakpoint", "software", "tracepoint"):
-        (devices / name).mkdir(parents=True)
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 hypervisor avx2\n")
-    note = pmu_note(devices, cpuinfo)
-    assert note == (
-        "no CPU PMU exposed to this kernel (event sources: breakpoint, software, tracepoint); "
-        "CPU flag 'hypervisor' set: a virtual machine"
-    )
-    (devices / "cpu").mkdir()
-    assert pmu_note(devices, cpuinfo) is None
-    cache = tmp_path / "cache"
-    for index, (level, kind, line) in enumerate(
-        [(1, "Data", 64), (1, "Instruction", 64), (3, "Unified", 128)]
-    ):
-        folder = cache / f"index{index}"
-        folder.mkdir(parents=True)
-        (folder / "level").write_text(f"{level}\n")
-        (folder / "type").write_text(f"{kind}\n")
-        (folder / "coherency_line_size").write_text(f"{line}\n")
-    assert llc_line_bytes(cache) == 128
-    assert llc_line_bytes(tmp_path / "none") is None
-
-
-def test_perf_missing_is_unavailable(tmp_path):
-    missing = str(tmp_path / "no-perf")
-    result = run_perf_stat(perf_stat_command(["cycles"], ["true"], perf=missing), timeout_s=30)
-    assert result == Unavailable(
-        "perf", f"{missing}: not found (no such program on PATH or at that path)"
-    )
-
-
-@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed here")
-def test_perf_collection_for_real(tmp_path):
-    """perf stat on this machine: on a VM without a PMU (these development machines) every event
-    is unavailable with the reason; where the PMU is exposed, cycles count and IPC follows."""
-    command = perf_stat_command(
-        DEFAULT_EVENTS,
-        [sys.executable, "-c", "import numpy as np; a = np.ones((256, 256)); a @ a"],
-        output_path=tmp_path / "perf.txt",
-    )
-    stat = run_perf_stat(command, timeout_s=120)
-    assert not isinstance(stat, Unavailable), stat
-    assert set(stat.counts) == set(DEFAULT_EVENTS)
-    note = pmu_note()
-    result = derive_cpu(stat, DEFAULT_EVENTS, line_bytes=llc_line_bytes(), note=note)
-    if all(c.status != "counted" for c in stat.counts.values()):
-        assert result.status == "unavailable"
-        assert result.reason.startswith("perf: cycles, instructions, LLC-load-misses")
-        assert "<not supported>" in result.reason or "<not counted>" in result.reason
-        if note is not None:
-            assert result.reason.endswith(f"({note})")
-    else:
-        assert stat.counts["cycles"].value > 0
-        assert "ipc" in {d["name"] for d in result.derived}
-
-
-# -- the child a profiler runs ---------------------------------------------------------------------
-
-
-CHILD_CPU = [sys.executable, "-m", "rooflab.counters.gemm_child", "--backend", "cpu"]
-
-
-def test_gemm_child_runs_one_config_inside_its_counters_range():
-    from rooflab.backends.base import Backend
-
-    if not hasattr(Backend, "nvtx_range"):
-        pytest.skip("rooflab.backends.base.Backend.nvtx_range is not in this checkout yet")
-    done = subprocess.run(
-        [*CHILD_CPU, "--sweep", "t", "--dtype", "fp32", "--m", "8", "--n", "16", "--k", "32"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout.strip().splitlines()[-1])
-    assert said == {
-        "config_id": "t/fp32/nn/m8_n16_k32",
-        "nvtx_range": "t:fp32:nn:m8_n16_k32:counters",
-        "backend": "cpu",
-    }
