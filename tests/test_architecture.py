@@ -45,8 +45,6 @@ ALLOWED = {
 EVERYWHERE = {"model", "units", "vocabulary"}
 # Imports against the layers, each to be removed by issue 25 ("one data path").
 KNOWN_CROSSINGS = {
-    ("counters.gemm_child", "experiments.gemm"),  # the profiled GEMM child belongs to experiments
-    ("experiments.counters", "roofline"),  # counted points belong to the Roofline code
     ("experiments.ceilings", "config"),  # ConfigError while parsing sizes
     ("roofline", "machine"),
     ("report.build", "devices"),  # datasheet roofs: to come from a view
@@ -54,8 +52,6 @@ KNOWN_CROSSINGS = {
     ("report.stage_charts", "config"),  # stage bounds: to be computed upstream, into a view
     ("report.sweep_charts", "machine"),  # cache capacities: to come from a view
     ("report.counter_charts", "counters.points"),  # model vs counted bytes: into a view
-    ("report.counter_charts", "roofline"),
-    ("report.summary", "roofline"),
 }
 # Modules past MAX_LINES, with the size they may not outgrow until they are split (issue 25).
 KNOWN_LARGE = {

@@ -64,7 +64,15 @@ def option(argv, name):
 
 # -- ncu: the command line -------------------------------------------------------------------------
 
-CHILD = [sys.executable, "-m", "rooflab.counters.gemm_child", "--sweep", "s", "--dtype", "bf16"]
+CHILD = [
+    sys.executable,
+    "-m",
+    "rooflab.experiments.profiled_gemm",
+    "--sweep",
+    "s",
+    "--dtype",
+    "bf16",
+]
 
 
 @pytest.mark.parametrize("cache_control", ["all", "none"])

@@ -1,9 +1,9 @@
 """Roofline points: each timed GEMM configuration against the ceilings of the machine it ran on.
 
 Pairing rules (DESIGN.md §3): the compute roof is the instruction path of the GEMM's dtype on its
-backend (`COMPUTE_PATH`: FMA chains on a CPU; on a GPU the tensor-core paths measured through
-cuBLAS for tf32/fp16/bf16 and fp64, the FMA chains for fp32); the bytes are the cold-cache model
-Q_model (q_source "model"), so they belong to one memory level only:
+backend (`vocabulary.COMPUTE_PATH`: FMA chains on a CPU; on a GPU the tensor-core paths measured
+through cuBLAS for tf32/fp16/bf16 and fp64, the FMA chains for fp32); the bytes are the cold-cache
+model Q_model (q_source "model"), so they belong to one memory level only:
 - cold: the memory (DRAM on a CPU, HBM on a GPU) — the flush evicted every cache;
 - warm: the smallest cache level that holds all operands (Q_model bytes), else the memory.
 The memory's name is the bandwidth ceiling that is not a cache level of the machine.
@@ -38,27 +38,7 @@ from rooflab.counters.points import (
 from rooflab.machine import cache_bytes_by_level
 from rooflab.model import bound
 from rooflab.records import read_run, to_table
-from rooflab.vocabulary import CacheState
-
-# backend -> dtype of a GEMM -> name of the compute ceiling it is measured against. On a GPU,
-# cuBLAS runs fp64 GEMMs on the FP64 tensor cores (sm_80 on), which are faster than FP64 FMA.
-COMPUTE_PATH = {
-    "cpu": {"fp64": "fp64_fma", "fp32": "fp32_fma"},
-    "cuda": {
-        "fp64": "fp64_tensor",
-        "fp32": "fp32_fma",
-        "tf32": "tf32_tensor",
-        "fp16": "fp16_tensor",
-        "bf16": "bf16_tensor",
-    },
-}
-MEMORY_LEVEL = "DRAM"  # the memory's name when the ceilings do not say otherwise
-MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
-
-
-def compute_path(backend: str | None, dtype: str) -> str | None:
-    """The compute ceiling a GEMM of `dtype` on `backend` is paired with (None: no pairing)."""
-    return COMPUTE_PATH.get(backend or "cpu", {}).get(dtype)
+from rooflab.vocabulary import MEMORY_LEVEL, MEMORY_LEVELS, CacheState, compute_path
 
 
 def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:

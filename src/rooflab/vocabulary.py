@@ -1,6 +1,7 @@
-"""The words every layer shares, defined once: the cache states a measurement is taken in, and how
-a counter replay's cache control pairs with them. Strings underneath (a StrEnum), so they are
-stored, printed and compared as the words themselves."""
+"""The words every layer shares, defined once: the cache states a measurement is taken in and how
+a counter replay's cache control pairs with them, the compute path a GEMM is judged against, and
+the names of the memory behind the caches. Cache states are strings underneath (a StrEnum), so they
+are stored, printed and compared as the words themselves."""
 
 from __future__ import annotations
 
@@ -20,3 +21,23 @@ NCU_PAIRINGS = {
     "all": (CacheState.COLD, "flushed replay ↔ cold timing"),
     "none": (CacheState.WARM, "no-flush replay ↔ warm timing"),
 }
+
+# backend -> dtype of a GEMM -> name of the compute ceiling it is measured against. On a GPU,
+# cuBLAS runs fp64 GEMMs on the FP64 tensor cores (sm_80 on), which are faster than FP64 FMA.
+COMPUTE_PATH = {
+    "cpu": {"fp64": "fp64_fma", "fp32": "fp32_fma"},
+    "cuda": {
+        "fp64": "fp64_tensor",
+        "fp32": "fp32_fma",
+        "tf32": "tf32_tensor",
+        "fp16": "fp16_tensor",
+        "bf16": "bf16_tensor",
+    },
+}
+MEMORY_LEVEL = "DRAM"  # the memory's name when the ceilings do not say otherwise
+MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
+
+
+def compute_path(backend: str | None, dtype: str) -> str | None:
+    """The compute ceiling a GEMM of `dtype` on `backend` is paired with (None: no pairing)."""
+    return COMPUTE_PATH.get(backend or "cpu", {}).get(dtype)

@@ -2,11 +2,11 @@
 list of its timed configurations, calibrated and paired, or `unavailable` with the reason.
 
 - CUDA backend: each selected configuration runs once inside its NVTX range in a child process
-  (`python -m rooflab.counters.gemm_child`) under `ncu`, once per cache control (`all`: caches
+  (`python -m rooflab.experiments.profiled_gemm`) under `ncu`, once per cache control (`all`: caches
   flushed before each replay pass, pairs with the `cold` timing; `none`: pairs with `warm`). The
   metric list is queried for the machine's chip first (what it lacks is recorded as missing).
   Counters are summed over every kernel in the range, per-kernel rows kept. The GEMM's compute
-  path (`rooflab.roofline.COMPUTE_PATH`) is calibrated against 2MNK, and the replay is paired
+  path (`rooflab.vocabulary.COMPUTE_PATH`) is calibrated against 2MNK, and the replay is paired
   with the timing of the matching cache state in the timing run the step was given.
 - CPU backend: `perf stat` around the same child, its events enabled only around the measured
   call (`--control`); events perf counts are recorded with what follows from them (IPC, an
@@ -58,7 +58,7 @@ from rooflab.counters.tool import Unavailable, run_tool
 from rooflab.experiments.gemm import GemmConfig, sweep_configs
 from rooflab.experiments.runs import conditions_row, run_row
 from rooflab.records import new_run_id, read_run, utc_now
-from rooflab.roofline import compute_path
+from rooflab.vocabulary import compute_path
 
 log = logging.getLogger("rooflab")
 
@@ -134,11 +134,11 @@ def select_configs(
 
 
 def child_command(config: GemmConfig, seed: int, backend: str, warmup: int) -> list[str]:
-    """The process a profiler runs: `python -m rooflab.counters.gemm_child` for one config."""
+    """The process a profiler runs: `python -m rooflab.experiments.profiled_gemm` for one config."""
     return [
         sys.executable,
         "-m",
-        "rooflab.counters.gemm_child",
+        "rooflab.experiments.profiled_gemm",
         "--sweep",
         config.sweep,
         "--dtype",

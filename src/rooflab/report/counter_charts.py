@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from rooflab.report.axes import ROOFLINE_SIZE, WIDTH, roof_geometry, with_time_text
 from rooflab.report.disturbed_marks import disturbed_rings
 from rooflab.report.labels import place_labels
-from rooflab.roofline import MEMORY_LEVELS
 from rooflab.units import format_quantity
+from rooflab.vocabulary import MEMORY_LEVELS
 
 if TYPE_CHECKING:
     import altair as alt

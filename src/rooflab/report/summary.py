@@ -7,7 +7,7 @@ import html
 from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
-from rooflab.roofline import MEMORY_LEVELS
+from rooflab.vocabulary import MEMORY_LEVELS
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,6 +1,6 @@
 """The child a profiler runs: one GEMM configuration, called once inside its own NVTX range.
 
-    python -m rooflab.counters.gemm_child --sweep main --dtype bf16 --layout nn \\
+    python -m rooflab.experiments.profiled_gemm --sweep main --dtype bf16 --layout nn \\
         --m 64 --n 4096 --k 4096 [--warmup 3] [--backend cuda] [--perf-control CTL,ACK]
 
 Warm-up calls (library initialisation, heuristics, and the caches a warm timing sees) run
@@ -75,7 +75,7 @@ def perf_counting(control: str | None) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rooflab.counters.gemm_child")
+    parser = argparse.ArgumentParser(prog="python -m rooflab.experiments.profiled_gemm")
     parser.add_argument("--sweep", required=True)
     parser.add_argument("--dtype", required=True)
     parser.add_argument("--layout", default="nn")

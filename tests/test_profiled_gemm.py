@@ -1,5 +1,5 @@
-"""rooflab.counters.gemm_child (issue 7): the child a profiler runs, one GEMM config inside its
-counters range."""
+"""rooflab.experiments.profiled_gemm (issue 7): the child a profiler runs, one GEMM config inside
+its counters range."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 # -- the child a profiler runs ---------------------------------------------------------------------
 
 
-CHILD_CPU = [sys.executable, "-m", "rooflab.counters.gemm_child", "--backend", "cpu"]
+CHILD_CPU = [sys.executable, "-m", "rooflab.experiments.profiled_gemm", "--backend", "cpu"]
 
 
-def test_gemm_child_runs_one_config_inside_its_counters_range():
+def test_profiled_gemm_runs_one_config_inside_its_counters_range():
     from rooflab.backends.base import Backend
 
     if not hasattr(Backend, "nvtx_range"):
