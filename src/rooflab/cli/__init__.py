@@ -1,0 +1,132 @@
+"""The `rooflab` command. Usage and input errors print one line and exit with status 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rooflab import __version__
+from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
+from rooflab.cli.model import add_device_options, cmd_model_gemm, cmd_model_stages, int_list
+from rooflab.cli.output import INPUT_ERRORS, OneLineParser, UsageError
+from rooflab.cli.store import (
+    cmd_query,
+    cmd_report,
+    cmd_runs,
+    cmd_store_ingest,
+    cmd_store_rebuild,
+    non_negative_seconds,
+)
+from rooflab.model import ELEMENT_BITS
+from rooflab.store import DEFAULT_DB, DEFAULT_RESULTS
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="rooflab", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rooflab {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    model = commands.add_parser("model", help="analytic ledgers and bounds (no hardware needed)")
+    model_commands = model.add_subparsers(dest="model_command", required=True, metavar="WHAT")
+
+    gemm = model_commands.add_parser("gemm", help="GEMM ledger and Roofline bound per M")
+    gemm.add_argument("--m", type=int_list("--m"), required=True, help="rows of X, e.g. 1,32,128")
+    gemm.add_argument("--n", type=int_list("--n"), required=True, help="columns of W and Y")
+    gemm.add_argument("--k", type=int_list("--k"), required=True, help="reduction dimension")
+    dtypes = sorted(ELEMENT_BITS)
+    gemm.add_argument("--dtype", choices=dtypes, help="dtype of X, W and Y")
+    gemm.add_argument("--x-dtype", choices=dtypes)
+    gemm.add_argument("--w-dtype", choices=dtypes)
+    gemm.add_argument("--y-dtype", choices=dtypes)
+    gemm.add_argument("--beta", type=float, default=0.0, help="β ≠ 0 reads the old Y")
+    gemm.add_argument("--bias", action="store_true", help="add a bias vector of N elements")
+    add_device_options(gemm)
+    gemm.set_defaults(handler=cmd_model_gemm)
+
+    stages = model_commands.add_parser("stages", help="critical-path vs aggregate bound")
+    stages.add_argument("file", help="YAML with stages: [{name, flops, bytes, after}]")
+    add_device_options(stages)
+    stages.set_defaults(handler=cmd_model_stages)
+
+    measure = commands.add_parser("measure", help="measure this machine (no Snakemake needed)")
+    measure_commands = measure.add_subparsers(dest="measure_command", required=True, metavar="WHAT")
+    ceilings = measure_commands.add_parser("ceilings", help="bandwidth and compute ceilings")
+    ceilings.add_argument("--quick", action="store_true", help="a coarse sweep (under a minute)")
+    gemm_measure = measure_commands.add_parser("gemm", help="one GEMM sweep of a config file")
+    gemm_measure.add_argument("--sweep", required=True, help="sweep name in the config")
+    counters = measure_commands.add_parser(
+        "counters", help="hardware counters of a timed sweep (ncu on a GPU, perf on a CPU)"
+    )
+    counters.add_argument("--sweep", required=True, help="sweep name in the config")
+    counters.add_argument(
+        "--timing", required=True, help="the sweep's timing run folder (rooflab measure gemm)"
+    )
+    for command, config_required in ((ceilings, False), (gemm_measure, True), (counters, True)):
+        command.add_argument(
+            "--config",
+            required=config_required,
+            help="campaign config (default settings when omitted)",
+        )
+        command.add_argument(
+            "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
+        )
+        command.add_argument("--out", required=True, help="folder for the run's Parquet files")
+        command.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    ceilings.set_defaults(handler=cmd_measure_ceilings)
+    gemm_measure.set_defaults(handler=cmd_measure_gemm)
+    counters.set_defaults(handler=cmd_measure_counters)
+
+    db_help = f"the store (default {DEFAULT_DB})"
+    store = commands.add_parser("store", help="the DuckDB result store: ingest, rebuild")
+    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="WHAT")
+    ingest = store_commands.add_parser("ingest", help="add the runs the store lacks")
+    rebuild = store_commands.add_parser("rebuild", help="recreate the store from the Parquet files")
+    for command in (ingest, rebuild):
+        command.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+        command.add_argument(
+            "--results", default=str(DEFAULT_RESULTS), help="folder of the runs' Parquet files"
+        )
+        command.add_argument(
+            "--lock-timeout",
+            type=non_negative_seconds,
+            default=10.0,
+            help="seconds to wait for another process that holds the store (default 10)",
+        )
+    ingest.set_defaults(handler=cmd_store_ingest)
+    rebuild.set_defaults(handler=cmd_store_rebuild)
+
+    query = commands.add_parser("query", help="run SQL on the store (read-only)")
+    query.add_argument("sql", help='e.g. "SELECT * FROM latest_ceilings"')
+    runs = commands.add_parser("runs", help="the runs in the store, oldest first")
+    for command in (query, runs):
+        command.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+        command.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.set_defaults(handler=cmd_query)
+    runs.set_defaults(handler=cmd_runs)
+
+    report = commands.add_parser("report", help="the HTML report, with a PNG and SVG per chart")
+    report.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    report.add_argument("--out", default="results/report", help="folder (default results/report)")
+    report.add_argument("--config", help="campaign config whose `stages` scenarios to chart")
+    report.set_defaults(handler=cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        args.handler(args)
+    except UsageError as error:
+        print(f"rooflab: error: {error}", file=sys.stderr)
+        return 2
+    except INPUT_ERRORS as error:
+        print(f"rooflab: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""`rooflab measure ceilings | gemm | counters`: the measuring engine without Snakemake."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from rooflab.cli.output import UsageError, print_rows
+from rooflab.config import load_config, validate_config
+from rooflab.units import format_quantity
+
+
+def _backend_and_config(args):
+    from rooflab.backends.selection import select_backend
+
+    config = load_config(args.config) if args.config else validate_config({})
+    return select_backend(args.backend or config["backend"]), config
+
+
+def cmd_measure_ceilings(args) -> None:
+    from rooflab.conditions.disturbance import DisturbanceSettings
+    from rooflab.experiments import ceilings
+    from rooflab.records import write_run
+
+    backend, config = _backend_and_config(args)
+    settings = ceilings.QUICK if args.quick else ceilings.settings_from_config(config["ceilings"])
+    settings = replace(
+        settings,
+        max_clock_change=config["timing"]["max_clock_change"],
+        disturbance=DisturbanceSettings.from_config(config["disturbance"]),
+    )
+    tables = ceilings.run_ceilings(backend, settings)
+    run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
+    print(f"rooflab: wrote {run_dir}", file=sys.stderr)
+    columns = ("kind", "name", "kernel", "dtype", "value", "unit", "threads", "method")
+    columns += ("disturbed", "disturbance", "n_disturbed")
+    rows = [{c: row.get(c) for c in columns} for row in tables["ceilings"]]
+    if args.format == "table":
+        for row in rows:
+            kind = "byte_rate" if row["unit"] == "B/s" else "flop_rate"
+            row["value"] = format_quantity(row["value"], kind)
+            del row["unit"], row["method"], row["disturbance"]
+    print_rows(rows, args.format)
+    _print_disturbance(tables, "ceilings")
+
+
+def cmd_measure_gemm(args) -> None:
+    from rooflab.experiments.gemm import run_gemm_sweep
+    from rooflab.experiments.timing import TimingSettings
+    from rooflab.records import write_run
+
+    backend, config = _backend_and_config(args)
+    if args.sweep not in config["sweeps"]:
+        known = ", ".join(config["sweeps"]) or "none"
+        raise UsageError(f"no sweep {args.sweep!r} in {args.config}; sweeps: {known}")
+    tables = run_gemm_sweep(
+        backend,
+        args.sweep,
+        config["sweeps"][args.sweep],
+        TimingSettings.from_config(config["timing"], config["disturbance"]),
+    )
+    run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
+    print(f"rooflab: wrote {run_dir}", file=sys.stderr)
+    failed = sorted({r["config_id"] for r in tables["correctness"] if not r["passed"]})
+    rows = [
+        {
+            "config_id": p["config_id"],
+            "cache_state": p["cache_state"],
+            "n_samples": p["n_samples"],
+            "median_s": p["median_s"],
+            "p25_s": p["p25_s"],
+            "p75_s": p["p75_s"],
+            "achieved_flops_per_s": p["achieved_flops_per_s"],
+            "noisy": p["noisy"],
+            "disturbed": p["disturbed"],
+            "disturbance": p["disturbance"],
+            "n_disturbed": p["n_disturbed"],
+        }
+        for p in tables["gemm_points"]
+    ]
+    if args.format == "table":
+        for row in rows:
+            del row["disturbance"]  # one line each on stderr below
+    print_rows(rows, args.format)
+    _print_disturbance(tables, "gemm_points")
+    for config_id in failed:
+        print(
+            f"rooflab: {config_id} failed its correctness check and was not timed", file=sys.stderr
+        )
+
+
+def _print_disturbance(tables: dict, table: str) -> None:
+    """On stderr: the run's busy-machine warning, and each disturbed measurement with why."""
+    warning = tables["runs"][0].get("busy_warning")
+    if warning:
+        print(f"rooflab: {warning}", file=sys.stderr)
+    rows = tables[table]
+    disturbed = [row for row in rows if row.get("disturbed")]
+    for row in disturbed:
+        what = row.get("name") or row["config_id"]
+        state = f" {row['cache_state']}" if row.get("cache_state") else ""
+        print(f"rooflab: disturbed: {what}{state}: {row['disturbance']}", file=sys.stderr)
+    if disturbed:
+        print(
+            f"rooflab: {len(disturbed)} of {len(rows)} flagged disturbed; measure again on a "
+            "quiet machine",
+            file=sys.stderr,
+        )
+
+
+def cmd_measure_counters(args) -> None:
+    from rooflab.experiments.counters import CounterSettings, counters_status, run_counters
+    from rooflab.records import read_run, write_run
+
+    backend, config = _backend_and_config(args)
+    if args.sweep not in config["sweeps"]:
+        known = ", ".join(config["sweeps"]) or "none"
+        raise UsageError(f"no sweep {args.sweep!r} in {args.config}; sweeps: {known}")
+    try:
+        (timing_run,) = read_run(args.timing)["runs"].to_pylist()
+    except (OSError, KeyError, ValueError) as error:
+        raise UsageError(f"--timing {args.timing}: not a run folder ({error})") from None
+    if timing_run["kind"] != "gemm" or timing_run["sweep"] != args.sweep:
+        raise UsageError(
+            f"--timing {args.timing}: a {timing_run['kind']} run of sweep "
+            f"{timing_run['sweep']!r}, not a gemm run of sweep {args.sweep!r}"
+        )
+    settings = CounterSettings.from_config(config["counters"])
+    tables = run_counters(backend, args.sweep, config["sweeps"][args.sweep], settings, args.timing)
+    run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
+    print(f"rooflab: wrote {run_dir}", file=sys.stderr)
+    status, reason = counters_status(tables["counters"])
+    print(f"rooflab: counters {status}" + (f": {reason}" if reason else ""), file=sys.stderr)
+    columns = ("config_id", "cache_control", "compute_path", "ratio", "trusted", "pairing")
+    rows = [{c: row.get(c) for c in columns} for row in tables["counter_calibration"]]
+    if rows:
+        print_rows(rows, args.format)

@@ -1,0 +1,184 @@
+"""`rooflab model gemm | stages`: the ledgers and bounds, without hardware."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rooflab.cli.output import UsageError, json_safe, print_rows
+from rooflab.config import load_scenario
+from rooflab.devices import device_preset, path_for_dtype
+from rooflab.model import bound, gemm_ledger, stage_bounds
+from rooflab.units import UnitError, format_quantity, parse_byte_rate, parse_flop_rate
+
+
+def int_list(option: str):
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{option} expects comma-separated positive integers, got {text!r}"
+            ) from None
+        if any(v <= 0 for v in values):
+            raise argparse.ArgumentTypeError(f"{option} values must be positive, got {text!r}")
+        return values
+
+    return parse
+
+
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--peak", help='compute ceiling, e.g. "120 TFLOP/s"')
+    parser.add_argument("--bandwidth", help='memory bandwidth, e.g. "2 TB/s" or "900 GiB/s"')
+    parser.add_argument("--device", help="datasheet preset from config/devices.yaml, e.g. h200-sxm")
+    parser.add_argument("--path", help="instruction path of the preset (default: from the dtype)")
+    parser.add_argument("--level", default="HBM", help="memory level of the preset (default HBM)")
+    parser.add_argument("--devices", help="preset file (default: config/devices.yaml)")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+
+def _ceilings(args, default_path: str | None) -> tuple[float, float]:
+    """(peak FLOP/s, bandwidth B/s) from --peak/--bandwidth or a datasheet preset."""
+    if args.device:
+        if args.peak or args.bandwidth:
+            raise UsageError("give either --device or --peak and --bandwidth, not both")
+        preset = device_preset(args.device, args.devices)
+        path = args.path or default_path
+        if path is None:
+            raise UsageError(
+                f"--path is needed with --device here; paths of {args.device}: "
+                f"{', '.join(preset.peak_flops_per_s)}"
+            )
+        if path not in preset.peak_flops_per_s:
+            raise UsageError(
+                f"device {args.device} has no path {path!r}; "
+                f"paths: {', '.join(preset.peak_flops_per_s)}"
+            )
+        if args.level not in preset.bandwidth_b_per_s:
+            raise UsageError(
+                f"device {args.device} has no level {args.level!r}; "
+                f"levels: {', '.join(preset.bandwidth_b_per_s)}"
+            )
+        return preset.peak_flops_per_s[path], preset.bandwidth_b_per_s[args.level]
+    if not (args.peak and args.bandwidth):
+        raise UsageError("give --peak and --bandwidth (or --device NAME)")
+    return (
+        _parse_option("--peak", parse_flop_rate, args.peak),
+        _parse_option("--bandwidth", parse_byte_rate, args.bandwidth),
+    )
+
+
+def _parse_option(option: str, parse, text: str) -> float:
+    try:
+        return parse(text)
+    except UnitError as error:
+        raise UsageError(f"{option}: {error}") from None
+
+
+GEMM_TABLE_COLUMNS = (
+    "m",
+    "n",
+    "k",
+    "flops",
+    "bytes",
+    "intensity",
+    "compute_s",
+    "memory_s",
+    "bound_s",
+    "limiter",
+    "attainable_flops_per_s",
+    "bound_s_per_row",
+)
+
+
+def cmd_model_gemm(args) -> None:
+    x = args.x_dtype or args.dtype
+    w = args.w_dtype or args.dtype
+    y = args.y_dtype or args.dtype
+    if not (x and w and y):
+        raise UsageError("give --dtype, or all of --x-dtype, --w-dtype and --y-dtype")
+    peak, bandwidth = _ceilings(args, path_for_dtype(x) if x == w else None)
+    rows = []
+    for n in args.n:
+        for k in args.k:
+            for m in args.m:
+                ledger = gemm_ledger(m, n, k, x, w, y, beta=args.beta, bias=args.bias)
+                b = bound(ledger.flops, ledger.bytes, peak, bandwidth)
+                rows.append(
+                    {
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "x_dtype": x,
+                        "w_dtype": w,
+                        "y_dtype": y,
+                        "flops": ledger.flops,
+                        "bytes": ledger.bytes,
+                        "intensity": b.intensity,
+                        "compute_s": b.compute_s,
+                        "memory_s": b.memory_s,
+                        "bound_s": b.bound_s,
+                        "limiter": b.limiter,
+                        "attainable_flops_per_s": b.attainable_flops_per_s,
+                        "bound_s_per_row": b.bound_s / m,
+                        "peak_flops_per_s": peak,
+                        "bandwidth_b_per_s": bandwidth,
+                        "ridge": b.ridge,
+                    }
+                )
+    if args.format == "table":
+        print(
+            f"X {x}, W {w}, Y {y}; peak {format_quantity(peak, 'flop_rate')}, bandwidth "
+            f"{format_quantity(bandwidth, 'byte_rate')}, ridge {peak / bandwidth:.6g} FLOP/B; "
+            "bytes: cold-cache model, not measured traffic"
+        )
+        rows = [{c: row[c] for c in GEMM_TABLE_COLUMNS} for row in rows]
+    print_rows(rows, args.format)
+
+
+def cmd_model_stages(args) -> None:
+    stages = load_scenario(args.file)
+    peak, bandwidth = _ceilings(args, default_path=None)
+    result = stage_bounds(stages, peak, bandwidth)
+    per_stage = [
+        {
+            "name": s.name,
+            "after": list(s.after),
+            "flops": s.bound.flops,
+            "bytes": s.bound.bytes,
+            "intensity": s.bound.intensity,
+            "compute_s": s.bound.compute_s,
+            "memory_s": s.bound.memory_s,
+            "bound_s": s.bound.bound_s,
+            "limiter": s.bound.limiter,
+            "start_s": s.start_s,
+            "finish_s": s.finish_s,
+            "on_critical_path": s.on_critical_path,
+        }
+        for s in result.stages
+    ]
+    summary = {
+        "critical_path_s": result.critical_path_s,
+        "aggregate_s": result.aggregate_s,
+        "bound_s": result.bound_s,
+        "critical_path": result.critical_path,
+        "peak_flops_per_s": peak,
+        "bandwidth_b_per_s": bandwidth,
+    }
+    if args.format == "json":
+        safe = [{k: json_safe(v) for k, v in row.items()} for row in per_stage]
+        json.dump({**summary, "stages": safe}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    print_rows(per_stage, args.format)
+    if args.format == "table":
+        print(
+            f"critical path  {format_quantity(result.critical_path_s, 'time')}  "
+            f"({' -> '.join(result.critical_path)})"
+        )
+        print(
+            f"aggregate      {format_quantity(result.aggregate_s, 'time')}  "
+            "(max of summed FLOP / peak and summed bytes / bandwidth)"
+        )
+        print(f"lower bound    {format_quantity(result.bound_s, 'time')}")
