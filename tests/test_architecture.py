@@ -56,8 +56,6 @@ KNOWN_CROSSINGS = {
 # Modules past MAX_LINES, with the size they may not outgrow until they are split (issue 25).
 KNOWN_LARGE = {
     "backends.cuda": 600,
-    "counters.ncu": 690,
-    "records": 540,
 }
 
 

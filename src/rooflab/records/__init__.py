@@ -1,0 +1,46 @@
+"""What a measuring job writes: one Parquet file per table (DESIGN.md §5), in one run folder.
+
+- `tables`: the tables, their columns and types, the schema version;
+- `run_folder`: writing a run folder whole or not at all, reading it back checked in full, and the
+  run's identity (run id, commit and dirty flag, settings hash).
+"""
+
+from rooflab.records.run_folder import (
+    RecordError,
+    RunFolder,
+    RunFolderError,
+    conform_types,
+    find_run_folders,
+    git_state,
+    new_run_id,
+    read_run,
+    read_run_folder,
+    read_table_file,
+    run_ids_of,
+    stable_hash,
+    to_table,
+    utc_now,
+    write_run,
+)
+from rooflab.records.tables import MEASURED_TABLES, SCHEMA_VERSION, TABLES
+
+__all__ = [
+    "MEASURED_TABLES",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "RecordError",
+    "RunFolder",
+    "RunFolderError",
+    "conform_types",
+    "find_run_folders",
+    "git_state",
+    "new_run_id",
+    "read_run",
+    "read_run_folder",
+    "read_table_file",
+    "run_ids_of",
+    "stable_hash",
+    "to_table",
+    "utc_now",
+    "write_run",
+]
