@@ -17,6 +17,7 @@ from rooflab.conditions.disturbance import (
     DisturbanceProbe,
     DisturbanceSettings,
     PhaseDisturbance,
+    add_gpu_processes,
     judge,
     other_cpus_now,
     probe,
@@ -117,7 +118,9 @@ def test_judge_flags_a_measurement_that_lacked_clean_samples():
     # a GPU's timing: other processes' host CPU does not count, other GPU users do
     verdict = judge(clean, busy, settings, min_clean=10, judge_host=False)
     assert not verdict.disturbed and verdict.other_cpus == pytest.approx(0.9)
-    verdict = judge(clean, phase, settings, min_clean=10, gpu_other_processes=2)
+    verdict = add_gpu_processes(
+        judge(clean, phase, settings, min_clean=10), [{"gpu_other_processes": 2}, {}]
+    )
     assert verdict.disturbance == "2 other process(es) used the GPU while it sampled"
     stolen = [PhaseDisturbance(seconds=1.0, other_cpus=0.0, steal_fraction=0.1)]
     assert "stole 10.0%" in judge(clean, stolen, settings, min_clean=10).disturbance

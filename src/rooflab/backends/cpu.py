@@ -99,11 +99,10 @@ class CpuBackend(Backend):
         }
 
     def sample_clock_mhz(self) -> float | None:
+        # Every probe preempted: no reading, rather than a wrong one.
         try:
             return cpu_conditions.measure_cpu_clock_hz(min_time_s=5e-5) / 1e6
-        except (
-            cpu_conditions.ClockUnavailable
-        ):  # every probe preempted: no reading, not a wrong one
+        except cpu_conditions.ClockUnavailable:
             return None
 
     # -- memory and caches --

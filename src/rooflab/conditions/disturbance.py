@@ -268,14 +268,14 @@ def judge(
     min_clean: int,
     what: str = "samples",
     judge_host: bool = True,
-    gpu_other_processes: int | None = None,
 ) -> Verdict:
     """The verdict on a measurement from its samples (each with `.disturbed`, `.wait_s`,
     `.seconds`) and its sampling phases. `judge_host` False: other processes' CPU use and the
-    hypervisor's steal are recorded but not judged (a GPU's events time the device)."""
+    hypervisor's steal are recorded but not judged (a GPU's events time the device). Other users
+    of a GPU are added from the condition readings by add_gpu_processes."""
     disturbed = [s for s in samples if s.disturbed]
     clean = len(samples) - len(disturbed)
-    verdict = Verdict(n_disturbed=len(disturbed), gpu_other_processes=gpu_other_processes)
+    verdict = Verdict(n_disturbed=len(disturbed))
     if disturbed and clean < min_clean:
         worst = max(disturbed, key=lambda s: s.wait_s / s.seconds if s.seconds > 0 else 0)
         verdict.reasons.append(
@@ -298,22 +298,18 @@ def judge(
                 f"the hypervisor stole {verdict.steal_fraction:.1%} of the CPUs' time "
                 f"(limit {settings.max_steal_fraction:.1%})"
             )
-    add_gpu_processes(verdict, gpu_other_processes)
     return verdict
 
 
-def add_gpu_processes(verdict: Verdict, readings_or_count) -> Verdict:
-    """Other processes on the GPU, from a count or from condition readings (their
-    `gpu_other_processes`, the most any reading saw): a measurement that shared the device is
-    disturbed."""
-    if isinstance(readings_or_count, list):
-        counts = [r.get("gpu_other_processes") for r in readings_or_count]
-        counts = [c for c in counts if c is not None]
-        count = max(counts) if counts else None
-    else:
-        count = readings_or_count
-    if count is None:
+def add_gpu_processes(verdict: Verdict, readings: list[dict]) -> Verdict:
+    """Other processes on the GPU, the most any of the measurement's condition readings saw (none
+    read on a CPU): a measurement that shared the device is disturbed."""
+    counts = [
+        r["gpu_other_processes"] for r in readings if r.get("gpu_other_processes") is not None
+    ]
+    if not counts:
         return verdict
+    count = max(counts)
     verdict.gpu_other_processes = count
     if count:
         verdict.reasons.append(f"{count} other process(es) used the GPU while it sampled")

@@ -14,6 +14,7 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
 
 from rooflab.backends.base import Backend, BackendError, Workload
 from rooflab.conditions.disturbance import (
@@ -160,6 +161,15 @@ def units_for_window(seconds_for: Callable[[int], float], window_s: float) -> in
     return units
 
 
+class SweepPoint(NamedTuple):
+    working_set: int
+    rate: float
+    level: str | None  # the plateau it belongs to
+    point_id: str
+    verdict: Verdict
+    row: dict  # its ceiling_sweep row
+
+
 @dataclass(frozen=True)
 class Windows:
     """The timed windows of one workload: every one is kept (as `samples` rows)."""
@@ -299,25 +309,23 @@ def run_ceilings(
                     None,
                 )
                 point_id = f"{config_id}/ws{working_set}"
-                points.append((working_set, rate, level, point_id, windows.verdict))
                 tables["samples"].extend(windows.sample_rows(run_id, point_id))
-                tables["ceiling_sweep"].append(
-                    {
-                        "run_id": run_id,
-                        "config_id": point_id,
-                        "kernel": kernel,
-                        "working_set_bytes": working_set,
-                        "threads": kernel_threads,
-                        "value": rate,
-                        "unit": "B/s",
-                        "reps": windows.units,
-                        "n_windows": settings.windows,
-                        "window_s": settings.window_s,
-                        "iqr_ratio": windows.iqr_ratio(),
-                        "level": level,
-                        **windows.verdict.columns(),
-                    }
-                )
+                row = {
+                    "run_id": run_id,
+                    "config_id": point_id,
+                    "kernel": kernel,
+                    "working_set_bytes": working_set,
+                    "threads": kernel_threads,
+                    "value": rate,
+                    "unit": "B/s",
+                    "reps": windows.units,
+                    "n_windows": settings.windows,
+                    "window_s": settings.window_s,
+                    "iqr_ratio": windows.iqr_ratio(),
+                    "level": level,
+                }
+                tables["ceiling_sweep"].append(row)
+                points.append(SweepPoint(working_set, rate, level, point_id, windows.verdict, row))
                 done += 1
                 note = " (disturbed)" if windows.verdict.disturbed else ""
                 progress.update(
@@ -326,22 +334,19 @@ def run_ceilings(
         tables["conditions"].extend(during_rows(run_id, during))
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
         flags = _flags(tables, {config_id}, settings.max_clock_change)
+        # Other GPU users are read over the whole sweep: each point carries what was seen.
         readings = [c for c in tables["conditions"] if c["config_id"] == config_id]
-        for *_, verdict in points:
-            add_gpu_processes(verdict, readings)
-        for row in tables["ceiling_sweep"]:
-            if row["config_id"].startswith(f"{config_id}/"):
-                row.update(next(p[4] for p in points if p[3] == row["config_id"]).columns())
+        for point in points:
+            point.row.update(add_gpu_processes(point.verdict, readings).columns())
         for level, (lo, hi) in level_windows.items():
-            on_plateau = [p for p in points if p[2] == level]
+            on_plateau = [p for p in points if p.level == level]
             if not on_plateau:
                 continue  # the sweep did not reach this plateau; no ceiling is claimed
             # The best clean point; only where every point was disturbed, the best of those,
             # and the ceiling carries that point's flag.
-            clean_points = [p for p in on_plateau if not p[4].disturbed]
-            _, value, _, best_point, verdict = max(
-                clean_points or on_plateau, key=lambda point: point[1]
-            )
+            clean_points = [p for p in on_plateau if not p.verdict.disturbed]
+            best = max(clean_points or on_plateau, key=lambda point: point.rate)
+            value, best_point, verdict = best.rate, best.point_id, best.verdict
             tables["ceilings"].append(
                 {
                     "run_id": run_id,
@@ -359,8 +364,8 @@ def run_ceilings(
                     ),
                     "cache_state": CacheState.WARM,
                     "threads": kernel_threads,
-                    "working_set_min_bytes": min(p[0] for p in on_plateau),
-                    "working_set_max_bytes": max(p[0] for p in on_plateau),
+                    "working_set_min_bytes": min(p.working_set for p in on_plateau),
+                    "working_set_max_bytes": max(p.working_set for p in on_plateau),
                     "n_points": len(on_plateau),
                     "config_id": best_point,
                     **flags,

@@ -99,17 +99,18 @@ def run_gemm_sweep(
         tables.update(samples=[], gemm_points=[])
     progress = Progress(f"gemm {name}")
     tables["conditions"].append(conditions_row(backend, run_id, "before"))
-    for index, config in enumerate(configs):
-        progress.update(f"{index}/{len(configs)} {config.config_id}", index / len(configs))
-        operands = backend.gemm_operands(
-            config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
-        )
-        if passed_config_ids is None and not _check_config(
-            backend, config, operands, run_id, sweep["seed"], tables
-        ):
-            continue  # a wrong result is recorded, never timed
-        if timing is not None:
-            with backend.limited_library_threads() as threads:
+    # The GEMM library's pool at an explicit size for the whole sweep (recorded per point).
+    with backend.limited_library_threads() as threads:
+        for index, config in enumerate(configs):
+            progress.update(f"{index}/{len(configs)} {config.config_id}", index / len(configs))
+            operands = backend.gemm_operands(
+                config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
+            )
+            if passed_config_ids is None and not _check_config(
+                backend, config, operands, run_id, sweep["seed"], tables
+            ):
+                continue  # a wrong result is recorded, never timed
+            if timing is not None:
                 _time_config(
                     backend, config, operands, sweep, timing, run_id, tables, progress, threads
                 )

@@ -11,6 +11,19 @@ SCHEMA_VERSION = 2
 
 _S, _F, _I, _B, _T = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.timestamp("us", "UTC")
 
+# What the rest of the machine took from a measurement (conditions.disturbance), on every GEMM
+# point, ceiling-sweep point and ceiling: `disturbed` with its reason, the samples (windows) left
+# out and re-taken, the CPUs other processes used and the share the hypervisor stole while it
+# sampled, and other processes seen on the GPU (null on a CPU).
+_DISTURBANCE = [
+    ("disturbed", _B),
+    ("disturbance", _S),
+    ("n_disturbed", _I),
+    ("other_cpus", _F),
+    ("steal_fraction", _F),
+    ("gpu_other_processes", _I),
+]
+
 TABLES: dict[str, pa.Schema] = {
     "runs": pa.schema(
         [
@@ -87,16 +100,7 @@ TABLES: dict[str, pa.Schema] = {
             # The samples behind the value: the sweep point or FMA round that gave it, or the
             # library GEMM's configuration.
             ("config_id", _S),
-            # What the rest of the machine took from the measurement (conditions.disturbance):
-            # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
-            # other processes used and the share the hypervisor stole while it sampled, and other
-            # processes seen on the GPU (null on a CPU).
-            ("disturbed", _B),
-            ("disturbance", _S),
-            ("n_disturbed", _I),
-            ("other_cpus", _F),
-            ("steal_fraction", _F),
-            ("gpu_other_processes", _I),
+            *_DISTURBANCE,
         ]
     ),
     "ceiling_sweep": pa.schema(
@@ -113,16 +117,7 @@ TABLES: dict[str, pa.Schema] = {
             ("window_s", _F),
             ("iqr_ratio", _F),
             ("level", _S),
-            # What the rest of the machine took from the measurement (conditions.disturbance):
-            # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
-            # other processes used and the share the hypervisor stole while it sampled, and other
-            # processes seen on the GPU (null on a CPU).
-            ("disturbed", _B),
-            ("disturbance", _S),
-            ("n_disturbed", _I),
-            ("other_cpus", _F),
-            ("steal_fraction", _F),
-            ("gpu_other_processes", _I),
+            *_DISTURBANCE,
         ]
     ),
     "samples": pa.schema(
@@ -180,16 +175,7 @@ TABLES: dict[str, pa.Schema] = {
             ("clock_capped", _B),
             ("clock_events", _S),
             ("threads", _I),  # the GEMM library's thread pool, set explicitly (null on a GPU)
-            # What the rest of the machine took from the measurement (conditions.disturbance):
-            # `disturbed` with its reason, the samples (windows) left out and re-taken, the CPUs
-            # other processes used and the share the hypervisor stole while it sampled, and other
-            # processes seen on the GPU (null on a CPU).
-            ("disturbed", _B),
-            ("disturbance", _S),
-            ("n_disturbed", _I),
-            ("other_cpus", _F),
-            ("steal_fraction", _F),
-            ("gpu_other_processes", _I),
+            *_DISTURBANCE,
         ]
     ),
     "correctness": pa.schema(
