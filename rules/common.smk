@@ -10,6 +10,8 @@ wildcard_constraints:
 
 
 MACHINES = sorted(config["machines"])
+# The datasheet presets the roofline step matches device names against.
+DEVICES_FILE = str(Path(workflow.basedir) / "config" / "devices.yaml")
 
 
 def as_param(value):
@@ -59,6 +61,6 @@ def machine_slurm_extra(wildcards):
     return f"--exclusive {selected}".strip()
 
 
-def results_folder(roofline_points):
-    """results/ from the path of results/roofline/roofline_points.parquet."""
-    return str(Path(roofline_points).parents[1])
+def results_folder(roofline_file):
+    """results/ from the path of a file of results/roofline/."""
+    return str(Path(roofline_file).parents[1])

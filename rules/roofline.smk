@@ -1,15 +1,23 @@
 # Roofline points of every timed configuration against the ceilings of its own machine (model
-# bytes), and hierarchical points from trusted, correctly paired hardware counters.
+# bytes), hierarchical points from trusted, correctly paired hardware counters, and per ceilings
+# run what the report draws beside them: cache capacities, datasheet roofs, stage bounds.
 rule roofline:
     input:
         ceilings=ceilings_receipts,
         timings=timing_receipts,
         counters=counters_receipts,
+        devices=DEVICES_FILE,
     output:
         points="results/roofline/roofline_points.parquet",
+        caches="results/roofline/cache_capacities.parquet",
+        datasheets="results/roofline/datasheet_roofs.parquet",
+        stages="results/roofline/stage_bounds.parquet",
+        inputs="results/roofline/roofline_inputs.parquet",
     log:
         "logs/roofline.log",
     conda:
         "../environment.yml"
+    params:
+        stages=as_param(config["stages"]),
     script:
         "../workflow_scripts/roofline.py"

@@ -6,7 +6,7 @@ rule ingest:
         correctness=correctness_receipts,
         timings=timing_receipts,
         counters=counters_receipts,
-        roofline="results/roofline/roofline_points.parquet",
+        roofline=rules.roofline.output.inputs,
     output:
         receipt="results/store/ingest.json",
     log:
@@ -32,6 +32,5 @@ rule report:
         "../environment.yml"
     params:
         db=config["store"]["db"],
-        stages=as_param(config["stages"]),
     script:
         "../workflow_scripts/report.py"

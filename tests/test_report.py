@@ -25,7 +25,7 @@ from rooflab.cli import main
 from rooflab.experiments.ceilings import QUICK
 from rooflab.records import new_run_id, read_run, write_run
 from rooflab.report import build_report
-from rooflab.roofline import build_points, write_points
+from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import ingest, query
 from rooflab.units import format_quantity
 from tests.conftest import clean_round, run_rooflab, used_windows
@@ -90,12 +90,13 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
         "results/counters/tiny/runs",
         cwd=root,
     )
-    points = build_points(
+    analysis = build_analysis(
         sorted((results / "ceilings" / "runs").iterdir()),
         sorted((results / "sweeps" / "tiny" / "runs").iterdir()),
+        stages=ARTICLE_STAGES,
     )
-    assert points.model, "the tiny sweep gave no Roofline points"
-    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
+    assert analysis.points.model, "the tiny sweep gave no Roofline points"
+    write_analysis(analysis, results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     return db
@@ -115,7 +116,7 @@ ARTICLE_STAGES = {
 
 @pytest.fixture(scope="module")
 def built(store, tmp_path_factory):
-    return build_report(store, tmp_path_factory.mktemp("report") / "report", stages=ARTICLE_STAGES)
+    return build_report(store, tmp_path_factory.mktemp("report") / "report")
 
 
 def _layers(spec: dict) -> list[dict]:
@@ -347,28 +348,6 @@ def test_ceiling_sweep_marks_each_cache_level_this_process_can_fill(built, store
     assert rules and {r["label"].split()[0]: r["x"] for r in rules} == by_level
 
 
-def test_cache_capacities_count_the_data_cache_instances_this_process_touches():
-    from rooflab.report.sweep_charts import cache_capacities
-
-    def cache(level, kind, size, usable):
-        return {"level": level, "type": kind, "size_bytes": size, "instances": 8,
-                "usable_instances": usable}  # fmt: skip
-
-    caches = [
-        cache(1, "Data", 32 * 1024, 2),
-        cache(1, "Instruction", 32 * 1024, 2),  # holds no data
-        cache(2, "Unified", 2**20, 2),
-        cache(3, "Unified", 32 * 2**20, 0),  # none of its instances is this process's
-    ]
-    assert cache_capacities(json.dumps({"caches": caches})) == [
-        {"x": 64 * 1024, "label": "L1 64 KiB"},
-        {"x": 2 * 2**20, "label": "L2 2 MiB"},
-    ]
-    unread = {"caches": [], "unavailable": {"caches": "no /sys/devices/system/cpu"}}
-    assert cache_capacities(json.dumps(unread)) == []
-    assert cache_capacities(None) == []
-
-
 def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, store):
     """The store's counters run is real (`rooflab measure counters`: perf on this CPU). Where perf
     counted nothing (these development machines: no PMU), the summary says so with perf's reason
@@ -501,23 +480,11 @@ def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
          pytest.approx(s.bound.bound_s * 1e6))
         for s in expected.stages
     ]  # fmt: skip
-
-
-def test_stage_bounds_need_the_scenarios_path_and_level_on_the_machine():
-    import pandas as pd
-
-    from rooflab.report.stage_charts import stage_bounds_frame
-
-    ceilings = pd.DataFrame(
-        [
-            {"kind": "compute", "name": "fp64_fma", "value": 1e11},
-            {"kind": "bandwidth", "name": "DRAM", "value": 3e10},
-        ]
-    )
-    scenario = ARTICLE_STAGES["two"]
-    assert len(stage_bounds_frame(scenario, ceilings)) == 2
-    assert stage_bounds_frame({**scenario, "compute_path": "bf16_tensor"}, ceilings) is None
-    assert stage_bounds_frame({**scenario, "memory_level": "HBM"}, ceilings) is None
+    # the chart draws exactly the rows a user's query of the view returns
+    stored = query(store, "SELECT * FROM latest_stage_bounds ORDER BY position").to_pylist()
+    assert [
+        (r["scenario"], r["stage"], r["start_s"] * 1e6, r["bound_s"] * 1e6) for r in stored
+    ] == [("two", r["stage"], r["start_us"], r["bound_us"]) for r in bars_rows]
 
 
 def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():
@@ -583,6 +550,17 @@ def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():
     assert x_domain == [pytest.approx(90e9 / 300e9 / 4), pytest.approx(60.0 * 4)]
 
 
+def _datasheet(device_name: str):
+    """The rows latest_datasheet_roofs gives a machine whose device is `device_name`."""
+    import pandas as pd
+
+    from rooflab.devices import matching_preset
+    from rooflab.roofline.analysis import datasheet_rows
+
+    run = {"run_id": "r", "machine_id": "m"}
+    return pd.DataFrame(datasheet_rows(run, matching_preset(device_name)))
+
+
 def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     import pandas as pd
 
@@ -590,8 +568,8 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     from rooflab.report.roofline_chart import roofline_chart
 
     assert matching_preset("AMD EPYC") is None
-    preset = matching_preset("NVIDIA H200")
-    assert preset is not None and preset.key == "h200-sxm"
+    preset = _datasheet("NVIDIA H200")
+    assert set(preset.preset) == {"h200-sxm"}
     ceilings = pd.DataFrame(
         [
             {"kind": "compute", "name": "bf16_tensor", "kernel": "matmul", "value": 700e12},
@@ -625,7 +603,6 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
 def test_close_roofs_put_their_second_label_under_the_line_and_equal_datasheet_roofs_share_one():
     import pandas as pd
 
-    from rooflab.devices import matching_preset
     from rooflab.report.roofline_chart import roofline_chart
 
     # the H200's measured tensor roofs (2026-11-30): bf16 and fp16 7% apart, fp64 and fp32 9%
@@ -644,7 +621,7 @@ def test_close_roofs_put_their_second_label_under_the_line_and_equal_datasheet_r
     points = pd.DataFrame(
         [{"dtype": d, "intensity": 100.0, "achieved_flops_per_s": 300e12} for d in ("bf16", "fp16")]
     )
-    spec = roofline_chart(ceilings, points, matching_preset("NVIDIA H200")).to_dict()
+    spec = roofline_chart(ceilings, points, _datasheet("NVIDIA H200")).to_dict()
     labels = {
         row["ceiling"]: row["dy"]
         for rows in spec["datasets"].values()
@@ -782,11 +759,11 @@ def history(store, tmp_path_factory):
     _copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=lower_ceilings)
     _copy_run(gemm_run, results / "sweeps" / "tiny" / "runs", node_b, runs=NODE_B)
 
-    points = build_points(
+    analysis = build_analysis(
         sorted((results / "ceilings" / "runs").iterdir()),
         sorted((results / "sweeps" / "tiny" / "runs").iterdir()),
     )
-    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
+    write_analysis(analysis, results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     report = build_report(db, results.parent / "report")
@@ -904,10 +881,11 @@ def constructed_report(tmp_path_factory):
 
     results = tmp_path_factory.mktemp("constructed") / "results"
     runs = constructed.write_campaign(results)
-    points = build_points([runs["ceilings"]], [runs["gemm"]], [runs["counters"]])
+    analysis = build_analysis([runs["ceilings"]], [runs["gemm"]], [runs["counters"]])
+    points = analysis.points
     assert points.counted and points.notes == []
     counted = points.counted
-    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
+    write_analysis(analysis, results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     return {"db": db, "report": build_report(db, results.parent / "report"), "points": counted}
@@ -1017,8 +995,7 @@ def disturbed_report(tmp_path_factory):
 
     _edit_run(runs["ceilings"], ceilings)
     _edit_run(runs["gemm"], gemm)
-    points = build_points([runs["ceilings"]], [runs["gemm"]])
-    write_points(points.rows, results / "roofline" / "roofline_points.parquet")
+    write_analysis(build_analysis([runs["ceilings"]], [runs["gemm"]]), results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
     return {
@@ -1085,7 +1062,7 @@ def test_distributions_leave_disturbed_samples_out_and_colour_disturbed_points(d
 
 
 def test_a_store_of_runs_before_disturbance_counts_none_and_says_not_judged(constructed_report):
-    from rooflab.store.views import NOT_JUDGED
+    from rooflab.store.report_views import NOT_JUDGED
 
     report = constructed_report["report"]
     versions = query(constructed_report["db"], "SELECT DISTINCT schema_version FROM runs")

@@ -168,3 +168,102 @@ def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path)
     assert [(p["config_id"], p["cache_state"], p["level"]) for p in points] == [
         ("s/fp64/nn/m1_n256_k256", "warm", "L2")  # 528 KB of operands, in the 1 MiB of L2
     ]
+
+
+def test_cache_capacities_count_the_data_cache_instances_this_process_touches():
+    from rooflab.roofline.analysis import cache_capacity_rows
+
+    def cache(level, kind, size, usable):
+        return {"level": level, "type": kind, "size_bytes": size, "instances": 8,
+                "usable_instances": usable}  # fmt: skip
+
+    caches = [
+        cache(1, "Data", 32 * 1024, 2),
+        cache(1, "Instruction", 32 * 1024, 2),  # holds no data
+        cache(2, "Unified", 2**20, 2),
+        cache(3, "Unified", 32 * 2**20, 0),  # none of its instances is this process's
+    ]
+    run = {"run_id": "r", "machine_id": "m", "machine": json.dumps({"caches": caches})}
+    assert [(r["level"], r["bytes"]) for r in cache_capacity_rows(run)] == [
+        ("L1", 64 * 1024),
+        ("L2", 2 * 2**20),
+    ]
+    unread = {"caches": [], "unavailable": {"caches": "no /sys/devices/system/cpu"}}
+    assert cache_capacity_rows({**run, "machine": json.dumps(unread)}) == []
+    assert cache_capacity_rows({**run, "machine": None}) == []
+
+
+TWO_STAGES = {
+    "compute_path": "fp64_fma",
+    "memory_level": "DRAM",
+    "stages": [
+        {"name": "A", "flops": "0.12 GFLOP", "bytes": "200 MB"},
+        {"name": "B", "flops": "12 GFLOP", "bytes": "2 MB", "after": ["A"]},
+    ],
+}
+
+
+def test_stage_bounds_are_worked_out_on_the_runs_own_ceilings_or_say_what_is_missing():
+    from rooflab.model import Stage, stage_bounds
+    from rooflab.roofline.analysis import stage_bound_rows
+
+    run = {"run_id": "c", "machine_id": "A"}
+    peak, bandwidth = {"fp64_fma": 100e9}, {"DRAM": 20e9}
+    rows, notes = stage_bound_rows(run, peak, bandwidth, {"two": TWO_STAGES})
+    expected = stage_bounds([Stage("A", 0.12e9, 200e6), Stage("B", 12e9, 2e6, ("A",))], 100e9, 20e9)
+    assert notes == []
+    assert [(r["stage"], r["position"], r["start_s"], r["bound_s"]) for r in rows] == [
+        (s.name, i, s.start_s, s.bound.bound_s) for i, s in enumerate(expected.stages)
+    ]
+    assert {(r["critical_path_s"], r["aggregate_s"]) for r in rows} == {
+        (expected.critical_path_s, expected.aggregate_s)
+    }
+    rows, notes = stage_bound_rows(
+        run, peak, bandwidth, {"gpu": {**TWO_STAGES, "memory_level": "HBM"}}
+    )
+    assert rows == [] and notes == ["stages gpu: ceilings run c has no HBM ceiling"]
+
+
+def test_the_store_replaces_the_derived_rows_of_exactly_the_runs_the_step_read(tmp_path):
+    """A scenario taken out of the config leaves the store at the next ingest, for the runs the
+    roofline step read; the derived rows of a run it did not read stay."""
+    from rooflab.roofline import build_analysis, write_analysis
+    from rooflab.store import ingest, query
+
+    results = tmp_path / "results"
+    old, new = (
+        _run(
+            results / "ceilings",
+            run_id,
+            machine,
+            "ceilings",
+            started,
+            ceilings=_ceilings(run_id, 1),
+        )
+        for run_id, machine, started in (
+            ("c-old", "B", datetime(2026, 1, 1, tzinfo=UTC)),
+            ("c-new", "A", datetime(2026, 2, 1, tzinfo=UTC)),
+        )
+    )
+    db = tmp_path / "rooflab.duckdb"
+
+    def rows(sql: str) -> list[tuple]:
+        return [tuple(r.values()) for r in query(db, sql).to_pylist()]
+
+    analysis = build_analysis([old, new], [], stages={"two": TWO_STAGES})
+    write_analysis(analysis, results / "roofline")
+    ingest(db, results)
+    stages = "SELECT run_id, count(*) FROM stage_bounds GROUP BY ALL ORDER BY ALL"
+    assert rows(stages) == [("c-new", 2), ("c-old", 2)]
+    assert rows(
+        "SELECT level, bytes FROM latest_cache_capacities WHERE machine_id = 'A' ORDER BY bytes"
+    ) == list(CACHES.items())
+
+    write_analysis(build_analysis([new], [], stages={}), results / "roofline")
+    report = ingest(db, results)
+    assert report.roofline_run_ids == ["c-new"]
+    assert rows(stages) == [("c-old", 2)]
+    assert rows("SELECT run_id, kind FROM roofline_inputs ORDER BY ALL") == [
+        ("c-new", "ceilings"),
+        ("c-old", "ceilings"),
+    ]

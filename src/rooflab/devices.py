@@ -17,7 +17,6 @@ __all__ = [
     "device_preset",
     "load_device_presets",
     "matching_preset",
-    "path_for_dtype",
 ]
 
 
@@ -67,8 +66,3 @@ def matching_preset(device_name: str | None, path: str | Path | None = None) -> 
         if any(fragment in device_name for fragment in preset.match):
             return preset
     return None
-
-
-def path_for_dtype(dtype: str) -> str:
-    """The preset path a GEMM of one dtype runs on (fp8 variants share the fp8 path)."""
-    return "fp8" if dtype.startswith("fp8") else dtype

@@ -41,3 +41,9 @@ MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
 def compute_path(backend: str | None, dtype: str) -> str | None:
     """The compute ceiling a GEMM of `dtype` on `backend` is paired with (None: no pairing)."""
     return COMPUTE_PATH.get(backend or "cpu", {}).get(dtype)
+
+
+def datasheet_path(dtype: str) -> str:
+    """The datasheet path (config/devices.yaml) a GEMM of one dtype runs on: the dtype's name,
+    with the fp8 variants sharing one "fp8" path."""
+    return "fp8" if dtype.startswith("fp8") else dtype

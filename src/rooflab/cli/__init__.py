@@ -110,7 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="the HTML report, with a PNG and SVG per chart")
     report.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
     report.add_argument("--out", default="results/report", help="folder (default results/report)")
-    report.add_argument("--config", help="campaign config whose `stages` scenarios to chart")
     report.set_defaults(handler=cmd_report)
     return parser
 

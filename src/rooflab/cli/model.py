@@ -8,9 +8,10 @@ import sys
 
 from rooflab.cli.output import UsageError, json_safe, print_rows
 from rooflab.config import load_scenario
-from rooflab.devices import device_preset, path_for_dtype
+from rooflab.devices import device_preset
 from rooflab.model import bound, gemm_ledger, stage_bounds
 from rooflab.units import UnitError, format_quantity, parse_byte_rate, parse_flop_rate
+from rooflab.vocabulary import datasheet_path
 
 
 def int_list(option: str):
@@ -98,7 +99,7 @@ def cmd_model_gemm(args) -> None:
     y = args.y_dtype or args.dtype
     if not (x and w and y):
         raise UsageError("give --dtype, or all of --x-dtype, --w-dtype and --y-dtype")
-    peak, bandwidth = _ceilings(args, path_for_dtype(x) if x == w else None)
+    peak, bandwidth = _ceilings(args, datasheet_path(x) if x == w else None)
     rows = []
     for n in args.n:
         for k in args.k:

@@ -10,7 +10,6 @@ import sys
 import uuid
 
 from rooflab.cli.output import print_rows
-from rooflab.config import load_config
 from rooflab.store import ingest, query, rebuild
 
 
@@ -50,9 +49,9 @@ def _print_result(rows: list[dict], fmt: str) -> None:
 def _report_line(report) -> str:
     line = (
         f"{report.db_path}: added {len(report.added_run_ids)} run(s), "
-        f"{len(report.present_run_ids)} already there; roofline_points: "
-        f"{report.roofline_rows_inserted} row(s) of {len(report.roofline_run_ids)} run(s) stored, "
-        f"{report.roofline_rows_removed} replaced"
+        f"{len(report.present_run_ids)} already there; derived from "
+        f"{len(report.roofline_run_ids)} run(s): {report.roofline_rows_inserted} Roofline "
+        f"point(s) stored, {report.roofline_rows_removed} replaced"
     )
     if report.added_columns:
         line += f"; new columns {', '.join(report.added_columns)}"
@@ -93,8 +92,7 @@ def cmd_runs(args) -> None:
 def cmd_report(args) -> None:
     from rooflab.report import build_report
 
-    stages = load_config(args.config)["stages"] if args.config else None
-    report = build_report(args.db, args.out, stages=stages)
+    report = build_report(args.db, args.out)
     print(f"rooflab: wrote {report.index} ({len(report.charts)} chart(s), PNG and SVG beside it)")
 
 

@@ -22,9 +22,10 @@ from rooflab.records.run_folder import (
     utc_now,
     write_run,
 )
-from rooflab.records.tables import MEASURED_TABLES, SCHEMA_VERSION, TABLES
+from rooflab.records.tables import DERIVED_TABLES, MEASURED_TABLES, SCHEMA_VERSION, TABLES
 
 __all__ = [
+    "DERIVED_TABLES",
     "MEASURED_TABLES",
     "SCHEMA_VERSION",
     "TABLES",

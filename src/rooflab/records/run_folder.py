@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rooflab.records.tables import TABLES
+from rooflab.records.tables import DERIVED_TABLES, TABLES
 
 
 class RecordError(ValueError):
@@ -196,7 +196,7 @@ def read_run_folder(folder: RunFolder, reserved: Collection[str] = ()) -> dict[s
     tables = {}
     for path in sorted(folder.path.glob("*.parquet")):
         name = path.stem
-        if name == "roofline_points" or not _TABLE_NAME.fullmatch(name) or name in reserved:
+        if name in DERIVED_TABLES or not _TABLE_NAME.fullmatch(name) or name in reserved:
             raise RunFolderError(f"{path}: a run folder cannot hold a table named {name!r}")
         table = conform_types(path, name, read_table_file(path))
         if table.num_rows and run_ids_of(table) != {folder.run_id}:

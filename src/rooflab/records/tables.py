@@ -301,9 +301,73 @@ TABLES: dict[str, pa.Schema] = {
             ("noisy", _B),  # the GEMM point's flags, carried so a chart can mark the point
             ("disturbed", _B),
             ("disturbance", _S),
+            # counters rows at the memory level: counted bytes / the cold-cache ledger's, and
+            # "agrees" (within 1 %) | "model over-counts" | "model under-counts"
+            ("counted_over_model", _F),
+            ("model_vs_counted", _S),
         ]
     ),
+    # Derived, per ceilings run (run_id): the data-cache bytes per level (L1, L2, ...) this
+    # process could fill, summed over the instances its CPUs use; from runs.machine.
+    "cache_capacities": pa.schema(
+        [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I)]
+    ),
+    # Derived, per ceilings run: the figures of the datasheet preset (config/devices.yaml) whose
+    # match names the run's device; kind "compute" (name: a path, FLOP/s) or "bandwidth" (name:
+    # a level, B/s).
+    "datasheet_roofs": pa.schema(
+        [
+            ("run_id", _S),
+            ("machine_id", _S),
+            ("preset", _S),
+            ("device", _S),
+            ("source", _S),
+            ("kind", _S),
+            ("name", _S),
+            ("value", _F),
+            ("unit", _S),
+        ]
+    ),
+    # Derived, per ceilings run and `stages` scenario of the config: one row per stage (position:
+    # the order of the critical-path schedule) with its ledger, own bound max(F/C, Q/B), start
+    # and finish on the schedule (s), and the scenario's critical-path and aggregate bounds,
+    # on the run's measured ceilings (compute_path at peak_flops_per_s, memory_level at
+    # bandwidth_b_per_s).
+    "stage_bounds": pa.schema(
+        [
+            ("run_id", _S),
+            ("machine_id", _S),
+            ("scenario", _S),
+            ("stage", _S),
+            ("position", _I),
+            ("flops", _F),
+            ("bytes", _F),
+            ("start_s", _F),
+            ("finish_s", _F),
+            ("bound_s", _F),
+            ("limiter", _S),
+            ("on_critical_path", _B),
+            ("critical_path_s", _F),
+            ("aggregate_s", _F),
+            ("compute_path", _S),
+            ("peak_flops_per_s", _F),
+            ("memory_level", _S),
+            ("bandwidth_b_per_s", _F),
+        ]
+    ),
+    # Derived: every run the roofline step read (kind: ceilings, gemm, counters). The store
+    # replaces the derived rows of exactly these runs.
+    "roofline_inputs": pa.schema([("run_id", _S), ("machine_id", _S), ("kind", _S)]),
 }
 
-# Tables a measuring job writes into its run folder; roofline_points is derived, written apart.
-MEASURED_TABLES = tuple(name for name in TABLES if name != "roofline_points")
+# Tables the roofline step derives from the run folders (results/roofline/<table>.parquet), each
+# row naming the run it derives from; recomputable at any time.
+DERIVED_TABLES = (
+    "roofline_points",
+    "cache_capacities",
+    "datasheet_roofs",
+    "stage_bounds",
+    "roofline_inputs",
+)
+# Tables a measuring job writes into its run folder.
+MEASURED_TABLES = tuple(name for name in TABLES if name not in DERIVED_TABLES)

@@ -9,20 +9,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
-from rooflab.devices import matching_preset
 from rooflab.report.counter_charts import (
     hierarchical_roofline_chart,
     model_vs_counted_chart,
-    model_vs_counted_rows,
     model_vs_counted_table,
 )
 from rooflab.report.page import Chart, MachineSection, index_html, vl_version
 from rooflab.report.roofline_chart import roofline_chart
 from rooflab.report.run_charts import change_chart, conditions_chart, distribution_chart
-from rooflab.report.stage_charts import stage_bounds_chart, stage_bounds_frame
+from rooflab.report.stage_charts import stage_bounds_chart
 from rooflab.report.summary import counters_summary_html, summary_html
 from rooflab.report.sweep_charts import (
-    cache_capacities,
+    cache_marks,
     reuse_efficiency_chart,
     reuse_time_chart,
     sweep_chart,
@@ -63,7 +61,9 @@ HIERARCHICAL_HOW = (
 )
 
 
-def _counter_charts(counted: pd.DataFrame, ceilings: pd.DataFrame) -> list[Chart]:
+def _counter_charts(
+    counted: pd.DataFrame, ceilings: pd.DataFrame, compared: pd.DataFrame
+) -> list[Chart]:
     labelled = counted.assign(config_id=counted.config_id + " · " + counted.cache_state)
     charts = [
         Chart(
@@ -73,7 +73,6 @@ def _counter_charts(counted: pd.DataFrame, ceilings: pd.DataFrame) -> list[Chart
             hierarchical_roofline_chart(labelled, ceilings),
         )
     ]
-    compared = model_vs_counted_rows(counted)
     if not compared.empty:
         table = model_vs_counted_table(compared).to_html(
             index=False, classes="model-vs-counted", border=0
@@ -93,7 +92,7 @@ def _counter_charts(counted: pd.DataFrame, ceilings: pd.DataFrame) -> list[Chart
     return charts
 
 
-def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart], dict]:
+def _charts(connection, scope) -> tuple[list[Chart], dict]:
     """The charts of one machine and backend (`scope`), in page order, and the facts its summary
     states."""
     import pandas as pd
@@ -124,13 +123,14 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                 "roofline",
                 "Roofline",
                 ROOFLINE_HOW,
-                roofline_chart(ceilings, points, matching_preset(scope.get("device_name"))),
+                roofline_chart(ceilings, points, queries.datasheet_roofs(connection, scope)),
                 notes,
             )
         )
 
     if not counted.empty:
-        charts += _counter_charts(counted, ceilings)
+        compared = queries.model_vs_counted(connection, scope)
+        charts += _counter_charts(counted, ceilings, compared)
 
     if scope.get("ceilings_run_id"):
         sweep = queries.ceiling_sweep(connection, scope["ceilings_run_id"])
@@ -150,7 +150,9 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                     "each drop marks a cache level left behind (dashed rules: total cache "
                     "capacities), and each shaded plateau is where that level's ceiling was taken."
                     + per_sm,
-                    sweep_chart(sweep, plateaus, cache_capacities(scope.get("machine"))),
+                    sweep_chart(
+                        sweep, plateaus, cache_marks(queries.cache_capacities(connection, scope))
+                    ),
                 )
             )
 
@@ -255,28 +257,27 @@ def _charts(connection, scope, stages: dict | None = None) -> tuple[list[Chart],
                 change_chart(change),
             )
         )
-    for name, scenario in (stages or {}).items():
-        frame = stage_bounds_frame(scenario, ceilings)
-        if frame is not None:
-            charts.append(
-                Chart(
-                    f"stages_{name}",
-                    f"Stage bounds: {name}",
-                    "Each bar is a stage at its own bound max(F/C, Q/B) on this machine's measured "
-                    "ceilings, started when the stages it depends on finish; the dashed lines are "
-                    "the critical-path bound and the looser aggregate bound max(ΣF/C, ΣQ/B).",
-                    stage_bounds_chart(frame, name),
-                )
+    stages = queries.stage_bounds(connection, scope)
+    for name, frame in stages.groupby("scenario", sort=True):
+        charts.append(
+            Chart(
+                f"stages_{name}",
+                f"Stage bounds: {name}",
+                "Each bar is a stage at its own bound max(F/C, Q/B) on this machine's measured "
+                "ceilings, started when the stages it depends on finish; the dashed lines are "
+                "the critical-path bound and the looser aggregate bound max(ΣF/C, ΣQ/B).",
+                stage_bounds_chart(frame.reset_index(drop=True), str(name)),
             )
+        )
     for chart in charts:
         chart.name = scope.get("prefix", "") + chart.name
     return charts, facts
 
 
-def build_report(db_path: str | Path, out_dir: str | Path, stages: dict | None = None) -> Report:
-    """Write out_dir/index.html and a PNG and an SVG per chart; read-only on the store.
-
-    `stages`: the config's validated `stages` section; each scenario gets a stage-bounds chart."""
+def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
+    """Write out_dir/index.html and a PNG and an SVG per chart; read-only on the store. Every
+    number comes from the store's views; a `stages` scenario of the config gets a chart where the
+    roofline step stored its bounds (view latest_stage_bounds)."""
     import vl_convert as vlc
 
     out_dir = Path(out_dir)
@@ -285,7 +286,7 @@ def build_report(db_path: str | Path, out_dir: str | Path, stages: dict | None =
     try:
         scopes = queries.scopes(connection)
         for scope in scopes:
-            charts, facts = _charts(connection, scope, stages)
+            charts, facts = _charts(connection, scope)
             machines.append(
                 MachineSection(
                     title=f"{scope['host']} ({scope['backend']}, {scope['device_name']})",

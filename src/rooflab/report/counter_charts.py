@@ -4,13 +4,12 @@
   performance (its paired timing) at one intensity per memory level; its points (colour = level)
   sit on a horizontal line joining them, and each level's bandwidth roof is drawn in that level's
   colour, so a point reads against its own level's roof only. Compute roofs are grey.
-- `model_vs_counted_rows`, then `model_vs_counted_chart` / `model_vs_counted_table`: the
-  cold-cache ledger Q_model beside the counted HBM bytes per configuration, with the ratio and the
-  direction.
+- `model_vs_counted_chart` / `model_vs_counted_table`: the cold-cache ledger Q_model beside the
+  counted HBM bytes per configuration, with the ratio and the direction.
 
-Inputs are plain DataFrames: the rows of `rooflab.counters.points.hierarchical_points`, ceilings
-with `kind` ("bandwidth" | "compute"), `name` (level or path) and `value` (B/s or FLOP/s), and
-the fields of `model_vs_counted` per configuration. Altair is imported inside the functions, as
+Inputs are the rows of the store's views: latest_counted_points, ceiling_summary (`kind`
+"bandwidth" | "compute", `name` a level or path, `value` in B/s or FLOP/s) and
+model_vs_counted_bytes. Altair is imported inside the functions, as
 everywhere in rooflab.report.
 """
 
@@ -23,7 +22,6 @@ from rooflab.report.axes import ROOFLINE_SIZE, WIDTH, roof_geometry, with_time_t
 from rooflab.report.disturbed_marks import disturbed_rings
 from rooflab.report.labels import place_labels
 from rooflab.units import format_quantity
-from rooflab.vocabulary import MEMORY_LEVELS
 
 if TYPE_CHECKING:
     import altair as alt
@@ -184,30 +182,6 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         .properties(width=ROOFLINE_SIZE[0], height=ROOFLINE_SIZE[1])
         .resolve_scale(x="shared", y="shared")
     )
-
-
-def model_vs_counted_rows(points: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration and cache state: model bytes vs the counted memory-level bytes."""
-    import pandas as pd
-
-    from rooflab.counters.points import model_vs_counted
-
-    memory = points[points.level.isin(MEMORY_LEVELS) & points.bytes_model.notna()]
-    rows = []
-    for r in memory.itertuples():
-        compared = model_vs_counted(float(r.bytes_model), float(r.bytes))
-        rows.append(
-            {
-                "config_id": r.config_id,
-                "cache_state": r.cache_state,
-                "bytes_model": compared.bytes_model,
-                "bytes_counted": compared.bytes_counted,
-                "ratio": compared.ratio,
-                "direction": compared.direction,
-            }
-        )
-    columns = ["config_id", "cache_state", "bytes_model", "bytes_counted", "ratio", "direction"]
-    return pd.DataFrame(rows, columns=columns)
 
 
 def model_vs_counted_table(rows: pd.DataFrame) -> pd.DataFrame:

@@ -126,3 +126,25 @@ def run_counts(connection, scope, shown: list[str]) -> pd.Series:
             "busy_warning": busy.busy_warning.iloc[-1] if len(busy) else None,
         }
     )
+
+
+def datasheet_roofs(connection, scope) -> pd.DataFrame:
+    """The datasheet figures of the machine's device preset, if one matches (kind, name, value
+    in FLOP/s or B/s, preset, device, source)."""
+    return _scoped(connection, "latest_datasheet_roofs", scope, ("kind", "name"))
+
+
+def cache_capacities(connection, scope) -> pd.DataFrame:
+    """The data-cache bytes per level of the machine (its newest ceilings run)."""
+    return _scoped(connection, "latest_cache_capacities", scope, ("bytes",))
+
+
+def stage_bounds(connection, scope) -> pd.DataFrame:
+    """The config's stage scenarios on the machine's measured ceilings, one row per stage."""
+    return _scoped(connection, "latest_stage_bounds", scope, ("scenario", "position"))
+
+
+def model_vs_counted(connection, scope) -> pd.DataFrame:
+    """Per configuration and cache state: model bytes vs the counted memory-level bytes."""
+    order = ("config_id", "cache_state")
+    return _scoped(connection, "model_vs_counted_bytes", scope, order)

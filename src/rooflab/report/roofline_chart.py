@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.devices import DevicePreset, path_for_dtype
 from rooflab.report.axes import ROOFLINE_SIZE, roof_geometry, with_time_text
 from rooflab.report.disturbed_marks import disturbed_rings
 from rooflab.report.labels import place_labels
 from rooflab.units import format_quantity
+from rooflab.vocabulary import datasheet_path
 
 if TYPE_CHECKING:
     import altair as alt
@@ -31,10 +31,11 @@ LIBRARY_PATHS = (
 
 
 def roofline_chart(
-    ceilings: pd.DataFrame, points: pd.DataFrame, datasheet: DevicePreset | None = None
+    ceilings: pd.DataFrame, points: pd.DataFrame, datasheet: pd.DataFrame | None = None
 ) -> alt.LayerChart:
-    """Measured roofs solid (library paths dashed); `datasheet` roofs dashed and labelled so, for
-    the dtypes of the points and every level the preset names."""
+    """Measured roofs solid (library paths dashed); `datasheet` roofs (rows of
+    latest_datasheet_roofs) dashed and labelled so, for the dtypes of the points and every level
+    the preset names."""
     import altair as alt
     import pandas as pd
 
@@ -80,10 +81,15 @@ def roofline_chart(
                 "align": "left" if library else "right",
             }
         )
-    if datasheet is not None:
-        dtypes = {path_for_dtype(d) for d in points.get("dtype", [])}
-        drawn = {p: v for p, v in datasheet.peak_flops_per_s.items() if p in dtypes}
-        sheet = roof_geometry(drawn, datasheet.bandwidth_b_per_s, [], axis=(lo, hi))
+    if datasheet is not None and not datasheet.empty:
+        dtypes = {datasheet_path(d) for d in points.get("dtype", [])}
+        sheet_compute = datasheet[datasheet.kind == "compute"]
+        drawn = {r.name: r.value for r in sheet_compute.itertuples() if r.name in dtypes}
+        sheet_bandwidth = {
+            r.name: r.value for r in datasheet[datasheet.kind == "bandwidth"].itertuples()
+        }
+        device = datasheet.device.iloc[0]
+        sheet = roof_geometry(drawn, sheet_bandwidth, [], axis=(lo, hi))
         same_peak: dict[float, list[str]] = {}  # fp16 and bf16 share one datasheet figure
         for path, peak in drawn.items():
             same_peak.setdefault(peak, []).append(path)
@@ -91,7 +97,7 @@ def roofline_chart(
             # across the whole chart, labelled at the left, away from the measured labels
             text = (
                 f"{', '.join(sorted(names))} {format_quantity(peak, 'flop_rate', 4)} "
-                f"(datasheet {datasheet.name})"
+                f"(datasheet {device})"
             )
             lines += [
                 {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
@@ -106,7 +112,7 @@ def roofline_chart(
                     "yields": True,
                 }
             )
-        for level, bw in datasheet.bandwidth_b_per_s.items():
+        for level, bw in sheet_bandwidth.items():
             text = f"{level} {format_quantity(bw, 'byte_rate', 4)} (datasheet)"
             lines += [
                 {"ceiling": text, "kind": "bandwidth", "library": True, "x": x, "y": bw * x}

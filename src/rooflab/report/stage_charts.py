@@ -1,5 +1,5 @@
 """The stage-bounds chart of a config's `stages` scenario: each stage at its own bound on the
-machine's measured ceilings, on the critical-path schedule."""
+machine's measured ceilings, on the critical-path schedule (rows of view latest_stage_bounds)."""
 
 from __future__ import annotations
 
@@ -12,42 +12,36 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def stage_bounds_frame(scenario: dict, ceilings: pd.DataFrame) -> pd.DataFrame | None:
-    """One row per stage on the critical-path schedule, from the measured ceilings; None when the
-    machine lacks the scenario's compute path or memory level."""
-    import pandas as pd
-
-    from rooflab.config import stages_from_config
-    from rooflab.model import stage_bounds
-
-    values = {(r.kind, r.name): r.value for r in ceilings.itertuples()}
-    peak = values.get(("compute", scenario["compute_path"]))
-    bandwidth = values.get(("bandwidth", scenario["memory_level"]))
-    if peak is None or bandwidth is None:
-        return None
-    result = stage_bounds(stages_from_config(scenario["stages"], "stages"), peak, bandwidth)
-    return pd.DataFrame(
-        [
-            {
-                "stage": s.name,
-                "start_us": s.start_s * 1e6,
-                "finish_us": s.finish_s * 1e6,
-                "bound_us": s.bound.bound_s * 1e6,
-                "limiter": s.bound.limiter,
-                "on_critical_path": s.on_critical_path,
-                "critical_path_us": result.critical_path_s * 1e6,
-                "aggregate_us": result.aggregate_s * 1e6,
-                "ceilings": f"{scenario['compute_path']} {format_quantity(peak, 'flop_rate', 4)}, "
-                f"{scenario['memory_level']} {format_quantity(bandwidth, 'byte_rate', 4)}",
-            }
-            for s in result.stages
-        ]
-    )
-
-
-def stage_bounds_chart(frame: pd.DataFrame, name: str):
+def stage_bounds_chart(stages: pd.DataFrame, name: str):
+    """`stages`: one scenario's rows of latest_stage_bounds, in schedule order (seconds, drawn in
+    μs)."""
     import altair as alt
     import pandas as pd
+
+    frame = stages.assign(
+        start_us=stages.start_s * 1e6,
+        finish_us=stages.finish_s * 1e6,
+        bound_us=stages.bound_s * 1e6,
+        critical_path_us=stages.critical_path_s * 1e6,
+        aggregate_us=stages.aggregate_s * 1e6,
+        ceilings=[
+            f"{r.compute_path} {format_quantity(r.peak_flops_per_s, 'flop_rate', 4)}, "
+            f"{r.memory_level} {format_quantity(r.bandwidth_b_per_s, 'byte_rate', 4)}"
+            for r in stages.itertuples()
+        ],
+    )[
+        [
+            "stage",
+            "start_us",
+            "finish_us",
+            "bound_us",
+            "limiter",
+            "on_critical_path",
+            "critical_path_us",
+            "aggregate_us",
+            "ceilings",
+        ]
+    ]
 
     order = list(frame.stage)
     bars = (

@@ -3,10 +3,8 @@ weight-reuse charts of a GEMM sweep (time and efficiency against M)."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
-from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
 from rooflab.report.axes import SECONDS_AXIS, WIDTH, bytes_label, with_time_text
 from rooflab.report.labels import LABEL_CHAR_PX
 
@@ -16,17 +14,11 @@ if TYPE_CHECKING:
 REUSE_PANEL_SIZE = (280, 220)  # one panel of the per-sweep time and efficiency charts
 
 
-def cache_capacities(machine_json) -> list[dict]:
-    """The data-cache capacity this process can fill per level, from runs.machine; none where
-    the identity lists no caches (the ceiling sweep is then drawn without them)."""
-    try:
-        by_level = cache_bytes_by_level(json.loads(machine_json or "{}"))
-    except (CacheInfoUnavailable, KeyError, TypeError, ValueError):
-        return []
+def cache_marks(capacities: pd.DataFrame) -> list[dict]:
+    """The dashed cache rules of the ceiling sweep: one per level of latest_cache_capacities."""
     return [
-        {"x": size, "label": f"{level} {bytes_label(size)}"}
-        for level, size in by_level.items()
-        if size > 0  # a level none of whose instances this process touches
+        {"x": r.bytes, "label": f"{r.level} {bytes_label(r.bytes)}"}
+        for r in capacities.itertuples()
     ]
 
 

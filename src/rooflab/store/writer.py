@@ -7,8 +7,9 @@ adds nothing and a killed ingest leaves no partial run. Every file of a run is r
 full before anything of it is written. A bad file stops the ingest: the error names the file, the
 runs before it stay (each complete), that run and the ones after it are not written.
 
-The derived `roofline/roofline_points.parquet` replaces, run by run, the points the store has for
-the runs it names; points of runs it does not name stay.
+The derived tables the roofline step writes (`roofline/<table>.parquet`, records.DERIVED_TABLES)
+replace, in one transaction, the store's derived rows of the runs that step read (its
+`roofline_inputs`); rows of runs it did not read stay.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rooflab.records import (
+    DERIVED_TABLES,
     RunFolder,
     RunFolderError,
     conform_types,
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 DEFAULT_RESULTS = Path("results")
-ROOFLINE_POINTS_FILE = Path("roofline") / "roofline_points.parquet"
+ROOFLINE_FOLDER = Path("roofline")  # the derived tables, <table>.parquet
 
 
 @dataclass
@@ -46,7 +48,7 @@ class IngestReport:
     present_run_ids: list[str] = field(default_factory=list)  # already in the store: skipped
     rows_added: dict[str, int] = field(default_factory=dict)  # per table, over the added runs
     added_columns: list[str] = field(default_factory=list)  # "table.column" of newer schemas
-    roofline_run_ids: list[str] = field(default_factory=list)  # runs whose points were replaced
+    roofline_run_ids: list[str] = field(default_factory=list)  # derived rows replaced for these
     roofline_rows_removed: int = 0
     roofline_rows_inserted: int = 0
 
@@ -156,36 +158,45 @@ class _Writer:
         for name, table in tables.items():
             report.rows_added[name] = report.rows_added.get(name, 0) + table.num_rows
 
-    def replace_roofline_points(self, path: Path, report: IngestReport) -> None:
-        """Delete the store's points of the runs the file names, then insert the file's rows."""
+    def replace_derived(self, folder: Path, report: IngestReport) -> None:
+        """In one transaction, per derived table (records.DERIVED_TABLES): delete the store's rows
+        of the runs the roofline step read, then insert its file's rows."""
         import duckdb
 
-        try:
-            table = conform_types(path, "roofline_points", read_table_file(path))
-        except RunFolderError as error:
-            raise StoreError(str(error)) from None
-        if table.column("run_id").null_count:
-            raise StoreError(f"{path}: rows without a run_id")
-        run_ids = sorted(run_ids_of(table))
-        removed = 0
+        tables = {}
+        for name in DERIVED_TABLES:
+            path = folder / f"{name}.parquet"
+            if not path.is_file():
+                continue
+            try:
+                tables[name] = (path, conform_types(path, name, read_table_file(path)))
+            except RunFolderError as error:
+                raise StoreError(str(error)) from None
+            if tables[name][1].column("run_id").null_count:
+                raise StoreError(f"{path}: rows without a run_id")
+        # The runs read (roofline_inputs; an older roofline step wrote only points): their derived
+        # rows are replaced whole; rows of other runs stay.
+        run_ids = sorted(set().union(*(run_ids_of(table) for _, table in tables.values())))
+        removed = {}
 
         def work() -> None:
-            nonlocal removed
-            try:
-                self._fit_columns("roofline_points", table)
-                (removed,) = self.connection.execute(
-                    "DELETE FROM roofline_points WHERE list_contains(?, run_id)", [run_ids]
-                ).fetchone()
-                self._insert("roofline_points", table)
-            except duckdb.Error as error:
-                raise StoreError(
-                    f"{path}: cannot store it in table roofline_points ({_one_line(error)})"
-                ) from None
+            for name, (path, table) in tables.items():
+                try:
+                    self._fit_columns(name, table)
+                    (removed[name],) = self.connection.execute(
+                        f"DELETE FROM {_quote(name)} WHERE list_contains(?, run_id)", [run_ids]
+                    ).fetchone()
+                    self._insert(name, table)
+                except duckdb.Error as error:
+                    raise StoreError(
+                        f"{path}: cannot store it in table {name} ({_one_line(error)})"
+                    ) from None
 
         self.transaction(work)
         report.roofline_run_ids = run_ids
-        report.roofline_rows_removed = removed
-        report.roofline_rows_inserted = table.num_rows
+        report.roofline_rows_removed = removed.get("roofline_points", 0)
+        if "roofline_points" in tables:
+            report.roofline_rows_inserted = tables["roofline_points"][1].num_rows
 
 
 def _ingest_with(
@@ -215,9 +226,7 @@ def _ingest_with(
         present.add(folder.run_id)
         if on_run_added is not None:
             on_run_added(folder.run_id)
-    roofline_file = results_dir / ROOFLINE_POINTS_FILE
-    if roofline_file.is_file():
-        writer.replace_roofline_points(roofline_file, report)
+    writer.replace_derived(results_dir / ROOFLINE_FOLDER, report)
 
 
 def _results_folder(results_dir: str | Path) -> Path:

@@ -33,6 +33,7 @@ from rooflab.counters.points import (
     bypassed_levels,
     calibrate,
     hierarchical_points,
+    model_vs_counted,
     pair,
 )
 from rooflab.machine import cache_bytes_by_level
@@ -50,12 +51,7 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
         known = latest.get(run["machine_id"])
         if known and known["started_at"] >= run["started_at"]:
             continue
-        peak, bandwidth = {}, {}
-        for row in tables["ceilings"].to_pylist():
-            if row["kind"] == "compute":
-                peak[row["name"]] = row["value"]
-            else:
-                bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
+        peak, bandwidth = ceiling_values(tables)
         caches = cache_bytes_by_level(json.loads(run["machine"])) if run["machine"] else {}
         # Not "every level that is not a cache of the identity": a GPU's L1 has a ceiling but is no
         # home for a warm GEMM's operands (it does not outlive a kernel).
@@ -69,6 +65,18 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
             "memory_level": memories[0] if len(memories) == 1 else MEMORY_LEVEL,
         }
     return latest
+
+
+def ceiling_values(tables: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """A ceilings run's peaks (FLOP/s per compute path) and bandwidths (B/s per level, the best
+    kernel's)."""
+    peak, bandwidth = {}, {}
+    for row in tables["ceilings"].to_pylist():
+        if row["kind"] == "compute":
+            peak[row["name"]] = max(peak.get(row["name"], 0.0), row["value"])
+        else:
+            bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
+    return peak, bandwidth
 
 
 def resident_level(
@@ -227,10 +235,24 @@ def counter_points(
             counted = {lv: q for lv, q in levels.items() if q is not None}
             notes += [f"{what}: {why}" for why in bypassed_levels(counted).values()]
             points += [
-                {**row, "ceilings_run_id": machine["run_id"], **timing_flags(paired.timing)}
+                {
+                    **row,
+                    "ceilings_run_id": machine["run_id"],
+                    **timing_flags(paired.timing),
+                    **_against_model(row, paired.timing.get("bytes_model")),
+                }
                 for row in rows
             ]
     return points, notes
+
+
+def _against_model(row: dict, bytes_model) -> dict:
+    """At a memory level: the counted bytes over the cold-cache ledger's, and which way they
+    differ (counters.points.model_vs_counted)."""
+    if row["level"] not in MEMORY_LEVELS or not bytes_model or row.get("bytes") is None:
+        return {}
+    compared = model_vs_counted(float(bytes_model), float(row["bytes"]))
+    return {"counted_over_model": compared.ratio, "model_vs_counted": compared.direction}
 
 
 def write_points(points: list[dict], path: Path) -> None:

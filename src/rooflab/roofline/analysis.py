@@ -1,0 +1,170 @@
+"""What the Roofline step works out beside the points, per ceilings run, so that the store holds it
+and a reader (the report, a user's SQL) reads it from views instead of redoing it:
+
+- `cache_capacities`: the data-cache bytes per level this process could fill (from the run's
+  machine identity), which the ceiling sweep chart marks;
+- `datasheet_roofs`: the datasheet figures of the device preset matching the run's device name
+  (config/devices.yaml), drawn dashed beside the measured roofs;
+- `stage_bounds`: each `stages` scenario of the campaign config on the run's measured ceilings:
+  every stage's own bound, its place on the critical-path schedule, and the two lower bounds.
+
+`roofline_inputs` lists every run the step read: the store replaces the derived rows of exactly
+those runs, so a scenario taken out of the config disappears from the store too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from rooflab.config import stages_from_config
+from rooflab.devices import DevicePreset, matching_preset
+from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
+from rooflab.model import stage_bounds
+from rooflab.records import DERIVED_TABLES, read_run, to_table
+from rooflab.roofline.points import RooflinePoints, build_points, ceiling_values
+
+ROOFLINE_FOLDER = Path("roofline")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The Roofline step's result: the points, and per ceilings run what the report draws beside
+    them; `tables` are the rows of each derived table."""
+
+    points: RooflinePoints
+    tables: dict[str, list[dict]]
+    notes: list[str]  # what could not be worked out, and why
+
+
+def cache_capacity_rows(run: dict) -> list[dict]:
+    """The data-cache capacity per level of a ceilings run's machine; none where its identity
+    lists no caches (a GPU's, or a machine whose OS does not say)."""
+    try:
+        by_level = cache_bytes_by_level(json.loads(run.get("machine") or "{}"))
+    except (CacheInfoUnavailable, KeyError, TypeError, ValueError):
+        return []
+    return [
+        {"run_id": run["run_id"], "machine_id": run["machine_id"], "level": level, "bytes": size}
+        for level, size in by_level.items()
+        if size > 0  # a level none of whose instances this process touches
+    ]
+
+
+def datasheet_rows(run: dict, preset: DevicePreset | None) -> list[dict]:
+    """The preset's peaks (FLOP/s per path) and bandwidths (B/s per level)."""
+    if preset is None:
+        return []
+    common = {
+        "run_id": run["run_id"],
+        "machine_id": run["machine_id"],
+        "preset": preset.key,
+        "device": preset.name,
+        "source": preset.source,
+    }
+    return [
+        {**common, "kind": "compute", "name": path, "value": value, "unit": "FLOP/s"}
+        for path, value in preset.peak_flops_per_s.items()
+    ] + [
+        {**common, "kind": "bandwidth", "name": level, "value": value, "unit": "B/s"}
+        for level, value in preset.bandwidth_b_per_s.items()
+    ]
+
+
+def stage_bound_rows(
+    run: dict, peak: dict[str, float], bandwidth: dict[str, float], scenarios: dict
+) -> tuple[list[dict], list[str]]:
+    """Each scenario's stages on the run's measured ceilings (compute_path, memory_level); a note
+    for a scenario whose ceiling the run lacks."""
+    rows, notes = [], []
+    for scenario, spec in sorted(scenarios.items()):
+        c, b = peak.get(spec["compute_path"]), bandwidth.get(spec["memory_level"])
+        if c is None or b is None:
+            notes.append(
+                f"stages {scenario}: ceilings run {run['run_id']} has no "
+                f"{spec['compute_path'] if c is None else spec['memory_level']} ceiling"
+            )
+            continue
+        result = stage_bounds(stages_from_config(spec["stages"], f"stages.{scenario}"), c, b)
+        rows += [
+            {
+                "run_id": run["run_id"],
+                "machine_id": run["machine_id"],
+                "scenario": scenario,
+                "stage": stage.name,
+                "position": position,
+                "flops": stage.bound.flops,
+                "bytes": stage.bound.bytes,
+                "start_s": stage.start_s,
+                "finish_s": stage.finish_s,
+                "bound_s": stage.bound.bound_s,
+                "limiter": stage.bound.limiter,
+                "on_critical_path": stage.on_critical_path,
+                "critical_path_s": result.critical_path_s,
+                "aggregate_s": result.aggregate_s,
+                "compute_path": spec["compute_path"],
+                "peak_flops_per_s": c,
+                "memory_level": spec["memory_level"],
+                "bandwidth_b_per_s": b,
+            }
+            for position, stage in enumerate(result.stages)
+        ]
+    return rows, notes
+
+
+def build_analysis(
+    ceilings_runs: Iterable[Path],
+    gemm_runs: Iterable[Path],
+    counters_runs: Iterable[Path] = (),
+    *,
+    stages: dict | None = None,
+    devices_file: str | Path | None = None,
+) -> Analysis:
+    """The one way run folders become what the store derives from them (the workflow's roofline
+    step and the tests alike): the Roofline points (`build_points`), and per ceilings run its
+    cache capacities, the matching datasheet's roofs and the `stages` scenarios' bounds."""
+    ceilings_runs, gemm_runs, counters_runs = (
+        list(ceilings_runs),
+        list(gemm_runs),
+        list(counters_runs),
+    )
+    points = build_points(ceilings_runs, gemm_runs, counters_runs)
+    tables: dict[str, list[dict]] = {name: [] for name in DERIVED_TABLES}
+    tables["roofline_points"] = points.rows
+    notes: list[str] = []
+    read = {"ceilings": ceilings_runs, "gemm": gemm_runs, "counters": counters_runs}
+    for kind, runs in read.items():
+        for run_dir in runs:
+            run_tables = read_run(run_dir)
+            (run,) = run_tables["runs"].to_pylist()
+            tables["roofline_inputs"].append(
+                {"run_id": run["run_id"], "machine_id": run["machine_id"], "kind": kind}
+            )
+            if kind != "ceilings":
+                continue
+            peak, bandwidth = ceiling_values(run_tables)
+            tables["cache_capacities"] += cache_capacity_rows(run)
+            preset = matching_preset(run.get("device_name"), devices_file)
+            tables["datasheet_roofs"] += datasheet_rows(run, preset)
+            rows, missing = stage_bound_rows(run, peak, bandwidth, stages or {})
+            tables["stage_bounds"] += rows
+            notes += missing
+    return Analysis(points, tables, notes)
+
+
+def write_analysis(analysis: Analysis, folder: Path) -> list[Path]:
+    """Write each derived table to `folder/<table>.parquet`, each file replaced atomically, the
+    list of inputs last (the store reads the others by it); the paths written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in DERIVED_TABLES:
+        path = folder / f"{name}.parquet"
+        temporary = path.with_name(f".{path.name}.tmp")
+        pq.write_table(to_table(name, analysis.tables[name]), temporary)
+        temporary.replace(path)
+        written.append(path)
+    return written
