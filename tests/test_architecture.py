@@ -1,7 +1,5 @@
 """The import graph of src/rooflab against docs/architecture.md: no cycle (imports inside functions
-count), imports only in the directions the layers allow, and no module past ~500 lines. A module
-past the size that does not meet it yet is listed by name (KNOWN_LARGE); an entry that no longer
-holds fails too, so the list only shrinks."""
+count), imports only in the directions the layers allow, and no module past ~500 lines."""
 
 import ast
 from pathlib import Path
@@ -43,10 +41,6 @@ ALLOWED = {
     "vocabulary": set(),
 }
 EVERYWHERE = {"model", "units", "vocabulary"}
-# Modules past MAX_LINES, with the size they may not outgrow until they are split (issue 25).
-KNOWN_LARGE = {
-    "backends.cuda": 600,
-}
 
 
 def module_name(path: Path) -> str:
@@ -150,10 +144,7 @@ def test_imports_follow_the_layers():
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_modules_stay_small(name):
     lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
-    limit = KNOWN_LARGE.get(name, MAX_LINES)
-    assert lines <= limit, f"{name}: {lines} lines (limit {limit})"
-    if name in KNOWN_LARGE:
-        assert lines > MAX_LINES, f"{name} is small now: take it off KNOWN_LARGE"
+    assert lines <= MAX_LINES, f"{name}: {lines} lines (limit {MAX_LINES})"
 
 
 def test_every_layer_is_described():

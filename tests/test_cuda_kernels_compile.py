@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflab.backends.cuda import STREAM_ARRAYS, fma_kernel_shape, kernel_source
+from rooflab.backends.cuda_kernels import STREAM_ARRAYS, fma_kernel_shape, kernel_source
 
 KERNELS = Path(__file__).resolve().parents[1] / "src" / "rooflab" / "kernels"
 SOURCES = sorted(KERNELS.glob("*.cu"))

@@ -20,19 +20,19 @@ from rooflab.backends.bfloat16 import (
     float32_to_bf16_bits,
 )
 from rooflab.backends.cublas_args import GEMM_TYPES, OP_N, OP_T, row_major_gemm
-from rooflab.backends.cuda import (
-    _FMA_FP16,
-    _FMA_FP32,
-    _FMA_FP64,
+from rooflab.backends.cuda_identity import version_text as _version_text
+from rooflab.backends.cuda_kernels import (
     BLOCK,
+    FMA_FP16,
+    FMA_FP32,
+    FMA_FP64,
     STREAM_ARRAYS,
-    _check_reps,
-    _pack_half2,
-    _version_text,
+    check_reps,
     fma_flops_per_iteration,
     fma_kernel_shape,
     kernel_source,
     l1_vectors,
+    pack_half2,
     stream_vectors,
 )
 from rooflab.backends.random_operands import random_nonzero
@@ -264,9 +264,9 @@ def test_stream_byte_counts_follow_the_kernels_arrays():
 @pytest.mark.parametrize(
     ("dtype", "start", "constants"),
     [
-        (np.float64, 1.0 + 1e-3 * np.arange(8), _FMA_FP64),
-        (np.float32, 1.0 + 1e-3 * np.arange(8), _FMA_FP32),
-        (np.float16, 1.0 + 2.0**-10 * np.arange(8), _FMA_FP16[:2]),
+        (np.float64, 1.0 + 1e-3 * np.arange(8), FMA_FP64),
+        (np.float32, 1.0 + 1e-3 * np.arange(8), FMA_FP32),
+        (np.float16, 1.0 + 2.0**-10 * np.arange(8), FMA_FP16[:2]),
     ],
 )
 def test_fma_chains_stay_near_their_fixed_point_one(dtype, start, constants):
@@ -281,18 +281,18 @@ def test_fma_chains_stay_near_their_fixed_point_one(dtype, start, constants):
 
 
 def test_half2_constants_hold_the_same_fp16_value_in_both_lanes():
-    assert _pack_half2(np.float16(1.0)) == 0x3C00_3C00
-    x, y, start = (_pack_half2(v) for v in _FMA_FP16)
+    assert pack_half2(np.float16(1.0)) == 0x3C00_3C00
+    x, y, start = (pack_half2(v) for v in FMA_FP16)
     assert (x >> 16, y >> 16, start >> 16) == (x & 0xFFFF, y & 0xFFFF, start & 0xFFFF)
     assert np.uint16(x & 0xFFFF).view(np.float16) == np.float16(1 - 2.0**-11)
 
 
 def test_reps_must_fit_the_kernels_int():
     for reps in (1, 2**31 - 1):
-        _check_reps(reps)
+        check_reps(reps)
     for reps in (0, -1, 2**31):
         with pytest.raises(BackendError, match=rf"reps must be in \[1, 2\^31\), got {reps}"):
-            _check_reps(reps)
+            check_reps(reps)
 
 
 def test_cuda_integer_versions_read_as_major_minor():

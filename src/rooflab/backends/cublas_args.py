@@ -87,3 +87,18 @@ def row_major_gemm(m: int, n: int, k: int, layout: str) -> CublasGemm:
     if layout == "nt":
         return CublasGemm(OP_T, OP_N, n, m, k, lda=k, ldb=k, ldc=n)
     raise ValueError(f"unknown layout {layout!r}; supported: nn, nt")
+
+
+def library_paths(compute_capability: int) -> dict[str, str]:
+    """The GEMM dtypes a device of this compute capability (90 for 9.0) runs through cuBLAS, and
+    the compute path each one's ceiling is named by: sm_80 and later have bf16 and TF32 GEMM and
+    FP64 tensor cores."""
+    if compute_capability >= 80:
+        return {
+            "fp64": "fp64_tensor",
+            "fp32": "fp32_cublas",
+            "tf32": "tf32_tensor",
+            "fp16": "fp16_tensor",
+            "bf16": "bf16_tensor",
+        }
+    return {"fp64": "fp64_cublas", "fp32": "fp32_cublas", "fp16": "fp16_tensor"}

@@ -23,13 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
-import json
 import platform
-import re
 import weakref
 from collections.abc import Callable, Iterator
-from importlib import metadata, resources
 
 import numpy as np
 
@@ -43,79 +39,28 @@ from rooflab.backends.base import (
     nvtx_name,
 )
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
-from rooflab.backends.cublas_args import GEMM_TYPES, row_major_gemm
+from rooflab.backends.cublas_args import GEMM_TYPES, library_paths, row_major_gemm
+from rooflab.backends.cuda_identity import gpu_identity, package_version, version_text
+from rooflab.backends.cuda_kernels import (
+    BLOCK,
+    FMA_FP16,
+    FMA_FP32,
+    FMA_FP64,
+    READ_SENTINEL,
+    STREAM_ARRAYS,
+    STREAM_INIT,
+    VECTOR_BYTES,
+    check_reps,
+    fma_flops_per_iteration,
+    kernel_source,
+    l1_vectors,
+    pack_half2,
+    stream_vectors,
+)
 from rooflab.backends.random_operands import random_nonzero
 from rooflab.conditions.nvml import ConditionSampler, GpuMonitor
 
-BLOCK = 256  # threads per block of every rooflab kernel
-STREAM_ARRAYS = {"read": 1, "copy": 2, "triad": 3}
-VECTOR_BYTES = 16  # one double2 per access
-HOLD_TIMEOUT_S = 2.0
-_STREAM_INIT = 1.0  # positive data: the read kernel's sum can never equal its sentinel
-_READ_SENTINEL = -1.0
-
-# (x, y) of acc = acc * x + y per dtype: the chain converges to y / (1 - x) = 1.
-_FMA_FP64 = (np.float64(0.999999), np.float64(1e-6))
-_FMA_FP32 = (np.float32(0.9999), np.float32(1e-4))
-_FMA_FP16 = (np.float16(1 - 2.0**-11), np.float16(2.0**-11), np.float16(1.0))
-
-
-def kernel_source(name: str) -> str:
-    """The text of src/rooflab/kernels/<name>.cu (shipped inside the wheel)."""
-    return resources.files("rooflab").joinpath("kernels", f"{name}.cu").read_text()
-
-
-def fma_kernel_shape() -> tuple[int, int]:
-    """(chains, repeat) of kernels/fma.cu: FMAs per thread per iteration = chains x repeat."""
-    source = kernel_source("fma")
-    values = {}
-    for name in ("ROOFLAB_CHAINS", "ROOFLAB_REPEAT"):
-        match = re.search(rf"^#define {name} (\d+)$", source, flags=re.MULTILINE)
-        if match is None:
-            raise BackendError(f"kernels/fma.cu does not define {name}")
-        values[name] = int(match.group(1))
-    return values["ROOFLAB_CHAINS"], values["ROOFLAB_REPEAT"]
-
-
-def fma_flops_per_iteration(dtype: str, threads: int) -> int:
-    """FLOP of one iteration of fma_<dtype> over `threads` threads (an FMA is 2 FLOP)."""
-    chains, repeat = fma_kernel_shape()
-    lanes = {"fp64": 1, "fp32": 1, "fp16": 2}[dtype]  # fp16 runs half2: two lanes per FMA
-    return 2 * chains * repeat * lanes * threads
-
-
-def stream_vectors(kernel: str, working_set_bytes: int, threads: int) -> int:
-    """16-byte vectors per array for a working set: a multiple of the launched threads (every
-    thread the same share) when the set is that large, else of a warp (32); at least 32."""
-    if kernel not in STREAM_ARRAYS:
-        raise BackendError(f"unknown stream kernel {kernel!r}; known: {', '.join(STREAM_ARRAYS)}")
-    vectors = working_set_bytes // (VECTOR_BYTES * STREAM_ARRAYS[kernel])
-    unit = threads if vectors >= threads else 32
-    return max(32, vectors // unit * unit)
-
-
-def l1_vectors(working_set_bytes: int) -> int:
-    """16-byte vectors of the L1 read's per-SM set: a multiple of the block (every thread the
-    same share), at least one block's worth."""
-    return max(BLOCK, working_set_bytes // VECTOR_BYTES // BLOCK * BLOCK)
-
-
-def _check_reps(reps: int) -> None:
-    """Passes of one bandwidth-kernel call: the kernels count them in an int."""
-    if not 1 <= reps < 2**31:
-        raise BackendError(f"reps must be in [1, 2^31), got {reps}")
-
-
-def _version_text(version: int) -> str:
-    """CUDA's integer versions: 12040 -> '12.4'."""
-    return f"{version // 1000}.{version % 1000 // 10}"
-
-
-def _package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+HOLD_TIMEOUT_S = 2.0  # longest the stream-holding kernel waits for the host to let it go
 
 
 class CudaBackend(Backend):
@@ -157,17 +102,8 @@ class CudaBackend(Backend):
         self.device_name = _text(properties["name"])
         self.memory_bytes = int(properties["totalGlobalMem"])
         self.pci_bus_id = self.device.pci_bus_id
-        tensor = self.compute_capability >= 80  # bf16 and TF32 GEMM, FP64 tensor cores
-        self.gemm_dtypes = (
-            ("fp64", "fp32", "tf32", "fp16", "bf16") if tensor else ("fp64", "fp32", "fp16")
-        )
-        self._library_paths = {
-            "fp64": "fp64_tensor" if tensor else "fp64_cublas",
-            "fp32": "fp32_cublas",
-            "tf32": "tf32_tensor",
-            "fp16": "fp16_tensor",
-            "bf16": "bf16_tensor",
-        }
+        self._library_paths = library_paths(self.compute_capability)
+        self.gemm_dtypes = tuple(self._library_paths)
 
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._start, self._stop = cupy.cuda.Event(), cupy.cuda.Event()
@@ -226,7 +162,21 @@ class CudaBackend(Backend):
         self._conditions_period_s = conditions_period_s
         self._static = self.monitor.static_info()
         self.host = machine.cpu_identity()
-        self.identity = self._identity()
+        self.identity = gpu_identity(
+            self.host,
+            {
+                "name": self.device_name,
+                "pci_bus_id": self.pci_bus_id,
+                "compute_capability": self.compute_capability,
+                "sm_count": self.sm_count,
+                "l2_bytes": self.l2_bytes,
+                "l1_bytes_per_sm_lower_bound": self.l1_bytes_per_sm,
+                "memory_bytes": self.memory_bytes,
+                "max_threads_per_sm": self.max_threads_per_sm,
+            },
+            self._static,
+            None if self.monitor.available else (self.monitor.error or "NVML unavailable"),
+        )
 
         # Load every kernel (lazy module loading would otherwise load one inside a held stream)
         # and touch the flush buffer, so no first-use cost lands in a measurement.
@@ -244,46 +194,6 @@ class CudaBackend(Backend):
             raise BackendError("the stream-holding kernel timed out although it was released")
 
     # -- identity and conditions --
-    def _identity(self) -> dict:
-        static = self._static
-        uuid = static.get("nvml_uuid")
-        key = {
-            "host_machine_id": self.host["machine_id"],
-            "gpu": uuid or f"{self.device_name} at {self.pci_bus_id}",
-        }
-        machine_id = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        gpu = {
-            "name": self.device_name,
-            "uuid": uuid,
-            "pci_bus_id": self.pci_bus_id,
-            "compute_capability": f"{self.compute_capability // 10}.{self.compute_capability % 10}",
-            "sm_count": self.sm_count,
-            "l2_bytes": self.l2_bytes,
-            "l1_bytes_per_sm_lower_bound": self.l1_bytes_per_sm,
-            "memory_bytes": self.memory_bytes,
-            "max_threads_per_sm": self.max_threads_per_sm,
-            **{k: v for k, v in static.items() if k not in ("nvml_uuid",)},
-        }
-        if not self.monitor.available:
-            gpu["unavailable"] = {**static.get("unavailable", {}), "nvml": self.monitor.error}
-        return {
-            "machine_id": machine_id,
-            "gpu": gpu,
-            # One level-2 unified cache, in the shape of the CPU identity's cache entries, so the
-            # Roofline and the report read the GPU's cache the way they read a CPU's.
-            "caches": [
-                {
-                    "level": 2,
-                    "type": "Unified",
-                    "size_bytes": self.l2_bytes,
-                    "shared_cpu_count": 0,
-                    "instances": 1,
-                    "usable_instances": 1,
-                }
-            ],
-            "host": self.host,
-        }
-
     def run_metadata(self) -> dict:
         runtime = self._runtime
         from cupy_backends.cuda.libs import nvrtc
@@ -292,12 +202,12 @@ class CudaBackend(Backend):
             "python": platform.python_version(),
             "numpy": np.__version__,
             "cupy": self._cp.__version__,
-            "cuda_runtime_linked": _version_text(runtime.runtimeGetVersion()),
-            "cuda_runtime_local": _version_text(self._cp.cuda.get_local_runtime_version()),
-            "cuda_driver_api": _version_text(runtime.driverGetVersion()),
+            "cuda_runtime_linked": version_text(runtime.runtimeGetVersion()),
+            "cuda_runtime_local": version_text(self._cp.cuda.get_local_runtime_version()),
+            "cuda_driver_api": version_text(runtime.driverGetVersion()),
             "nvrtc": ".".join(map(str, nvrtc.getVersion())),
             "cublas": self._cublas.getVersion(self._handle),
-            "nvidia-ml-py": _package_version("nvidia-ml-py"),
+            "nvidia-ml-py": package_version("nvidia-ml-py"),
         }
         timing = (
             "CUDA events on a dedicated non-blocking stream; "
@@ -316,8 +226,8 @@ class CudaBackend(Backend):
             "device_name": self.device_name,
             "device_uuid": self._static.get("nvml_uuid"),
             "driver_version": self._static.get("driver_version")
-            or _version_text(runtime.driverGetVersion()),
-            "runtime_version": _version_text(runtime.runtimeGetVersion()),
+            or version_text(runtime.driverGetVersion()),
+            "runtime_version": version_text(runtime.runtimeGetVersion()),
             "library_versions": versions,
             "machine": identity,
             "blas": {
@@ -383,7 +293,7 @@ class CudaBackend(Backend):
 
     def flush_cache(self) -> None:
         n = self.flush_bytes // VECTOR_BYTES
-        args = (self._flush_buffer, np.uint64(n), np.int32(1), np.float64(_READ_SENTINEL))
+        args = (self._flush_buffer, np.uint64(n), np.int32(1), np.float64(READ_SENTINEL))
         with self._stream:
             self._kernels["stream_read"]((self._flush_grid,), (BLOCK,), (*args, self._flush_sink))
 
@@ -501,15 +411,15 @@ class CudaBackend(Backend):
         n = stream_vectors(kernel, working_set_bytes, grid * BLOCK)
         with self._stream:
             arrays = [
-                cp.full(2 * n, _STREAM_INIT + 1e-3 * j, dtype=cp.float64)
+                cp.full(2 * n, STREAM_INIT + 1e-3 * j, dtype=cp.float64)
                 for j in range(STREAM_ARRAYS[kernel])
             ]
             sink = cp.zeros(1, dtype=cp.float64)
 
         def run(reps: int) -> None:
-            _check_reps(reps)
+            check_reps(reps)
             if kernel == "read":
-                args = (arrays[0], np.uint64(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
+                args = (arrays[0], np.uint64(n), np.int32(reps), np.float64(READ_SENTINEL), sink)
             elif kernel == "copy":
                 args = (arrays[0], arrays[1], np.uint64(n), np.int32(reps))
             else:
@@ -530,12 +440,12 @@ class CudaBackend(Backend):
         grid = self._grid(function, threads)
         n = l1_vectors(working_set_bytes)
         with self._stream:
-            array = cp.full(2 * n, _STREAM_INIT, dtype=cp.float64)
+            array = cp.full(2 * n, STREAM_INIT, dtype=cp.float64)
             sink = cp.zeros(1, dtype=cp.float64)
 
         def run(reps: int) -> None:
-            _check_reps(reps)
-            args = (array, np.uint64(n), np.int32(reps), np.float64(_READ_SENTINEL), sink)
+            check_reps(reps)
+            args = (array, np.uint64(n), np.int32(reps), np.float64(READ_SENTINEL), sink)
             with self._stream:
                 function((grid,), (BLOCK,), args)
 
@@ -558,11 +468,11 @@ class CudaBackend(Backend):
         with self._stream:
             if dtype == "fp16":
                 out = cp.empty(grid * BLOCK, dtype=cp.uint32)
-                x, y, start = (_pack_half2(value) for value in _FMA_FP16)
+                x, y, start = (pack_half2(value) for value in FMA_FP16)
                 constants = (x, y, start)
             else:
                 out = cp.empty(grid * BLOCK, dtype=cp.float64 if dtype == "fp64" else cp.float32)
-                constants = _FMA_FP64 if dtype == "fp64" else _FMA_FP32
+                constants = FMA_FP64 if dtype == "fp64" else FMA_FP32
 
         def run(iters: int) -> None:
             with self._stream:
@@ -583,12 +493,6 @@ class CudaBackend(Backend):
 
     def library_description(self, dtype: str) -> str:
         return f"cuBLAS gemmEx, {GEMM_TYPES[dtype].description}"
-
-
-def _pack_half2(value: np.float16) -> np.uint32:
-    """Two copies of one fp16 value in a 32-bit word, as fma.rn.f16x2 reads them."""
-    bits = int(np.float16(value).view(np.uint16))
-    return np.uint32(bits | bits << 16)
 
 
 def _text(value) -> str:

@@ -10,7 +10,7 @@
 // compiler cannot fold the chains; every accumulator reaches `out`, so none is dead.
 //
 // FLOP per call = 2 * ROOFLAB_CHAINS * ROOFLAB_REPEAT * iters * threads (x 2 lanes for half2);
-// rooflab.backends.cuda reads these two constants from this file. 512 FMAs per loop iteration
+// rooflab.backends.cuda_kernels reads these two constants from this file. 512 FMAs per loop iteration
 // against its ~6 loop instructions: fp32 and half2 FMAs are limited by the issue rate (one warp
 // instruction per clock per scheduler), so every other instruction costs an FMA slot
 // (16 repeats: 128 / 134 = 95.5 % of peak at best; 64: 512 / 518 = 98.8 %).
