@@ -1,11 +1,19 @@
 # rooflab campaign: load and validate the config, include the stage rules, define the default target.
-from rooflab.config import validate_config
+from rooflab.config import campaign_config, validate_config
+from rooflab.experiments.preflight import check_campaign
+
+DEFAULT_CONFIG = "config/config.yaml"
 
 
-configfile: "config/config.yaml"
+configfile: DEFAULT_CONFIG
 
 
+# A campaign file given with --configfile brings its own sweeps, stages and machines: they replace
+# the default file's instead of merging with them (the other sections still merge).
+campaign_config(config, workflow.configfiles, DEFAULT_CONFIG)
 validate_config(config, " + ".join(map(str, workflow.configfiles)) or "config")
+# What this host cannot hold is refused now, before any job measures (docs/workflow.md).
+check_campaign(config, " + ".join(map(str, workflow.configfiles)) or "config")
 
 
 include: "rules/common.smk"

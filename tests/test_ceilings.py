@@ -8,15 +8,14 @@ import pytest
 from rooflab.backends.base import LocalCache, Workload
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import ConfigError, validate_config
-from rooflab.experiments.ceilings import (
+from rooflab.experiments.ceiling_plan import (
     QUICK,
     CeilingSettings,
     plateaus,
-    run_ceilings,
     settings_from_config,
-    time_workload,
     working_set_sizes,
 )
+from rooflab.experiments.ceilings import run_ceilings, time_workload
 from rooflab.records import read_run, to_table
 from tests.conftest import clean_round, used_windows
 

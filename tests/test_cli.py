@@ -140,6 +140,23 @@ BAD_STAGE_FILES = {
     "key": ("stages:\n  - {name: A, flops: 1, byte: 1}\n", "unknown key 'byte' in stages[0]"),
     "extra": ("stages:\n  - {name: A, flops: 1, bytes: 1, deps: []}\n", "unknown key 'deps'"),
     "yaml": ("stages: [\n", "not valid YAML"),
+    "twice": (
+        "stages:\n  - {name: A, flops: 1, bytes: 1}\n  - {name: A, flops: 2, bytes: 2}\n",
+        "stages: stage 'A' is defined twice",
+    ),
+    "infinite": ("stages:\n  - {name: A, flops: .inf, bytes: 1}\n", "must be a finite number"),
+    "path": (
+        "compute_path: fp32_fmaa\nstages:\n  - {name: A, flops: 1, bytes: 1}\n",
+        "compute_path: unknown compute path 'fp32_fmaa'; known: bf16_tensor, ",
+    ),
+    "level": (
+        "memory_level: VRAM\nstages:\n  - {name: A, flops: 1, bytes: 1}\n",
+        "memory_level: unknown memory level 'VRAM'; known: L1, L2, L3, DRAM, HBM",
+    ),
+    "binary": (b"stages:\n  - {name: \xff\xfe, flops: 1, bytes: 1}\n", "not UTF-8 text (byte 0xff"),
+    "deep": ("[" * 5000 + "]" * 5000, "nested too deeply to read"),
+    "not finite": (".nan\n", "top level: must be a finite number, got nan"),
+    "control": ("stages:\n  - {name: \x00, flops: 1, bytes: 1}\n", "not text (character #x0000"),
 }
 
 
@@ -147,12 +164,40 @@ BAD_STAGE_FILES = {
 def test_bad_stage_files_get_one_line_and_status_2(tmp_path, case):
     text, says = BAD_STAGE_FILES[case]
     stage_file = tmp_path / f"{case}.yaml"
-    stage_file.write_text(text)
+    (stage_file.write_bytes if isinstance(text, bytes) else stage_file.write_text)(text)
     result = rooflab("model", "stages", str(stage_file), *HYPOTHETICAL)
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.stderr
+    assert lines[0].startswith(f"rooflab: error: {stage_file}")  # the file is named
+
+
+def test_model_stages_takes_2000_stages_listed_last_first(tmp_path):
+    stage_file = tmp_path / "chain.yaml"
+    entries = [
+        f"  - {{name: s{i}, flops: 0, bytes: 2 MB, after: [s{i - 1}]}}" for i in range(1, 2000)
+    ]
+    stage_file.write_text(
+        "stages:\n" + "\n".join(entries[::-1]) + "\n  - {name: s0, flops: 0, bytes: 2 MB}\n"
+    )
+    result = rooflab("model", "stages", str(stage_file), *HYPOTHETICAL, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["critical_path"] == [f"s{i}" for i in range(2000)]
+    assert report["critical_path_s"] == pytest.approx(2000 * 1e-6, rel=1e-9)
+
+
+def test_a_binary_devices_file_is_one_line(tmp_path):
+    devices = tmp_path / "devices.yaml"
+    devices.write_bytes(b"devices:\n  h200-sxm: \x89PNG\r\n\x1a\n\xff")
+    result = rooflab(
+        "model", "gemm", "--m", "1", *ARTICLE, "--device", "h200-sxm", "--devices", devices
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"rooflab: error: {devices}: not UTF-8 text (byte 0x89 at offset 21)"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rooflab.config import ConfigError, load_config, validate_config
+from rooflab.config import ConfigError, campaign_config, load_config, validate_config
 from rooflab.devices import load_device_presets
 from tests.conftest import copy_workflow, installed_script
 
@@ -98,3 +98,59 @@ def test_invalid_yaml_names_the_file_and_line(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert str(caught.value).startswith(f"{path}: line 4 is not valid YAML (")  # then YAML's words
+
+
+ONLY_MINE = {
+    "backend": "cpu",
+    "sweeps": {"mine": {"m": [1, 2], "n": [64], "k": [64], "dtypes": ["fp32"]}},
+    "stages": {"mine": {"stages": [{"name": "A", "flops": 1, "bytes": 1}]}},
+}
+
+
+def test_a_campaign_files_named_sections_replace_the_defaults(tmp_path):
+    default = tmp_path / "config.yaml"
+    default.write_text((REPO / "config" / "config.yaml").read_text())
+    mine = tmp_path / "only_mine.yaml"
+    mine.write_text(yaml.safe_dump(ONLY_MINE))
+    more = tmp_path / "more.yaml"
+    more.write_text(
+        yaml.safe_dump({"sweeps": {"also": {"m": [3], "n": [8], "k": [8], "dtypes": ["fp64"]}}})
+    )
+    # What Snakemake hands the Snakefile: everything merged key by key, defaults under the rest.
+    merged = yaml.safe_load(default.read_text())
+    merged["backend"] = "cpu"
+    merged["sweeps"].update(ONLY_MINE["sweeps"])
+    merged["stages"].update(ONLY_MINE["stages"])
+    config = campaign_config(merged, [mine, more, str(default)], default)
+    assert config is merged
+    assert set(config["sweeps"]) == {"mine", "also"}
+    assert config["sweeps"]["also"] == {"m": [3], "n": [8], "k": [8], "dtypes": ["fp64"]}
+    assert set(config["stages"]) == {"mine"}
+    assert config["timing"]["min_time_s"] == 0.3  # the other sections still merge
+    validate_config(config)
+
+
+def test_without_a_campaign_file_the_defaults_stay(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    timing_only = tmp_path / "timing.yaml"
+    timing_only.write_text("timing: {min_samples: 20}\n")
+    default = REPO / "config" / "config.yaml"
+    for files in ([default], [timing_only, default], []):
+        kept = campaign_config(yaml.safe_load(default.read_text()), files, default)
+        assert kept == config
+
+
+def test_snakemake_configfile_runs_only_that_campaigns_sweeps(tmp_path):
+    mine = tmp_path / "only_mine.yaml"
+    mine.write_text(yaml.safe_dump(ONLY_MINE))
+    result = subprocess.run(
+        [installed_script("snakemake"), "-n", "--cores", "1", "--configfile", str(mine)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "results/sweeps/mine/local/timing.json" in output
+    assert "sweeps/weight_reuse/" not in output and "sweeps/tails/" not in output

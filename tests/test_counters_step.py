@@ -127,8 +127,8 @@ def test_perf_scopes_its_counts_to_the_measured_call(tmp_path):
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed here")
     from rooflab.counters.perf import parse_perf_stat, perf_stat_command, run_perf_stat
-    from rooflab.experiments.counters import child_command
     from rooflab.experiments.gemm import GemmConfig
+    from rooflab.experiments.profiled_gemm import child_command
 
     child = child_command(GemmConfig("t", 8, 16, 32, "fp32", "nn"), 0, "cpu", 1)
     whole = run_perf_stat(perf_stat_command(["task-clock"], child), 120)

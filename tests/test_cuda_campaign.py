@@ -13,7 +13,8 @@ from rooflab.backends.cpu import CpuBackend
 from rooflab.backends.cublas_args import GEMM_TYPES
 from rooflab.backends.selection import cuda_problem
 from rooflab.config import load_config, load_yaml, validate_config
-from rooflab.experiments.ceilings import QUICK, check_supported, plateaus, run_ceilings
+from rooflab.experiments.ceiling_plan import QUICK, check_supported, plateaus
+from rooflab.experiments.ceilings import run_ceilings
 from rooflab.experiments.correctness import tolerances
 from rooflab.model import gemm_ledger
 from rooflab.records import read_run, write_run

@@ -16,6 +16,7 @@ from rooflab.model import (
     hierarchical_bound,
     stage_bounds,
     tensor_bytes,
+    topological_order,
 )
 
 C, B = 120e12, 2e12  # the article's hypothetical device
@@ -252,3 +253,63 @@ def test_stage_bound_between_longest_stage_and_serial_sum(ledgers, data):
     assert result.bound_s >= max(each) * (1 - 1e-12)
     assert result.critical_path_s <= sum(each) * (1 + 1e-12)
     assert result.bound_s >= result.aggregate_s
+
+
+def test_2000_stages_listed_last_first():
+    # Each stage after the one listed below it: the order is found without recursing per stage.
+    stages = [Stage(f"s{i}", 0, 2e6, (f"s{i - 1}",) if i else ()) for i in range(2000)][::-1]
+    result = stage_bounds(stages, C, B)
+    assert result.critical_path == [f"s{i}" for i in range(2000)]
+    assert result.critical_path_s == pytest.approx(2000 * 1e-6, rel=1e-9)
+    assert all(s.on_critical_path for s in result.stages)
+
+
+def test_100000_stage_chain_has_the_whole_chain_as_critical_path():
+    # How fast: benchmarks/model_stages_chain.py (linear: 10x the stages, about 10x the time).
+    n = 100_000
+    stages = [Stage(f"s{i}", 0, 2e6, (f"s{i - 1}",) if i else ()) for i in range(n)]
+    result = stage_bounds(stages, C, B)  # each stage 2 MB / 2 TB/s = 1 μs
+    assert len(result.critical_path) == n
+    assert result.critical_path[0] == "s0" and result.critical_path[-1] == f"s{n - 1}"
+    assert result.critical_path_s == pytest.approx(n * 1e-6, rel=1e-9)
+    assert result.stages[-1].start_s == pytest.approx((n - 1) * 1e-6, rel=1e-9)
+
+
+def test_a_long_cycle_is_named_from_where_it_closes():
+    stages = [Stage(f"s{i}", 1, 1, (f"s{(i + 1) % 3000}",)) for i in range(3000)]
+    with pytest.raises(ModelError) as caught:
+        stage_bounds(stages, C, B)
+    names = str(caught.value).removeprefix("stages form a cycle: ").split(" -> ")
+    assert names[0] == names[-1] == "s0" and len(names) == 3001
+
+
+def _recursive_order(stages):
+    """The depth-first order stage_bounds used before it was iterative (the reference)."""
+    by_name, order, done = {s.name: s for s in stages}, [], set()
+
+    def visit(stage):
+        if stage.name not in done:
+            for dep in stage.after:
+                visit(by_name[dep])
+            done.add(stage.name)
+            order.append(stage.name)
+
+    for stage in stages:
+        visit(stage)
+    return order
+
+
+@given(st.lists(st.tuples(positive, positive), min_size=1, max_size=8), st.data())
+def test_iterative_order_and_ties_match_the_recursive_one(ledgers, data):
+    # Ties between equal finish times are broken by the order, so the order itself must not change.
+    stages = []
+    for i, (f, q) in enumerate(ledgers):
+        names = [s.name for s in stages]
+        deps = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
+        stages.append(Stage(f"s{i}", f if i % 2 else 1e9, q if i % 2 else 0, tuple(deps)))
+    stages = data.draw(st.permutations(stages))
+    result = stage_bounds(stages, C, B)
+    reference = _recursive_order(stages)
+    finish = {s.name: s.finish_s for s in result.stages}
+    assert result.critical_path[-1] == max(reference, key=finish.__getitem__)
+    assert [s.name for s in topological_order(stages)] == reference

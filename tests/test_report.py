@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from rooflab.cli import main
-from rooflab.experiments.ceilings import QUICK
+from rooflab.experiments.ceiling_plan import QUICK
 from rooflab.records import new_run_id, read_run, write_run
 from rooflab.report import build_report
 from rooflab.roofline import build_analysis, write_analysis

@@ -21,6 +21,7 @@ from rooflab.cli import main
 from rooflab.records import MEASURED_TABLES, SCHEMA_VERSION, TABLES, new_run_id, write_run
 from rooflab.store import (
     QueryError,
+    RunsSetAside,
     StoreError,
     StoreLocked,
     connect_read_only,
@@ -468,12 +469,14 @@ def test_corrupt_parquet_is_named_and_nothing_of_its_run_is_stored(results, db):
     after = gemm_run(results, started_at=T0 + timedelta(hours=2))
     samples = broken / "samples.parquet"
     samples.write_bytes(samples.read_bytes()[: samples.stat().st_size // 2])  # truncated copy
-    with pytest.raises(StoreError, match="ingest stopped") as caught:
+    with pytest.raises(RunsSetAside, match=r"1 run\(s\) set aside") as caught:
         ingest(db, results)
     message = str(caught.value)
-    assert str(samples) in message and broken.name in message and "\n" not in message
+    assert str(samples) in message and "\n" not in message
+    ((run_id, reason),) = caught.value.report.bad_runs
+    assert run_id == broken.name and reason.startswith(f"{samples}: cannot read this Parquet file")
     assert store_row_counts(db, broken.name) == dict.fromkeys(MEASURED_TABLES, 0)
-    assert store_row_counts(db, after.name) == dict.fromkeys(MEASURED_TABLES, 0)  # it stopped
+    assert store_row_counts(db, after.name) == file_row_counts([after])  # it went on
     assert store_row_counts(db, first.name) == file_row_counts([first])  # whole, kept
 
 
@@ -681,11 +684,27 @@ def test_rebuild_gives_the_same_rows_and_a_failed_rebuild_keeps_the_old_store(re
     report = rebuild(db, results)
     assert sorted(report.added_run_ids) == sorted(d.name for d in run_dirs)
     assert (store_row_counts(db), rows(db, summary_sql), rows(db, "FROM roofline_points")) == before
+    # A failure of the store itself (here: the disk) before the rename: the old store stays.
+    real_insert = writer._Writer._insert
+
+    def insert_then_fail(self, name, table):
+        real_insert(self, name, table)
+        if name == "samples":
+            raise duckdb.IOException("disk full")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer._Writer, "_insert", insert_then_fail)
+        with pytest.raises(StoreError, match=r"samples\.parquet: .*disk full.*ingest stopped"):
+            rebuild(db, results)
+    assert store_row_counts(db) == before[0]
+    assert sorted(p.name for p in results.glob("*rooflab.duckdb*")) == ["rooflab.duckdb"]
+    # A bad run is set aside: the new store holds every other run.
     samples = run_dirs[0] / "samples.parquet"
     samples.write_bytes(samples.read_bytes()[:100])
-    with pytest.raises(StoreError, match=r"samples\.parquet"):
+    with pytest.raises(RunsSetAside, match=r"samples\.parquet") as caught:
         rebuild(db, results)
-    assert store_row_counts(db) == before[0]
+    assert [run_id for run_id, _ in caught.value.report.bad_runs] == [run_dirs[0].name]
+    assert store_row_counts(db) == file_row_counts(run_dirs[1:])
     assert sorted(p.name for p in results.glob("*rooflab.duckdb*")) == ["rooflab.duckdb"]
 
 

@@ -152,6 +152,35 @@ def test_editing_one_sweep_reruns_only_that_sweep(campaign):
         "AND run_id = (SELECT max(run_id) FROM runs WHERE sweep = 'a' AND kind = 'gemm')",
     )
     assert sorted(m for (m,) in latest) == [1, 2, 4]
+    # The derived rows cover every kept run, the older run of sweep a too, so a rebuild from the
+    # files gives back every point the store had.
+    per_run = "SELECT run_id, count(*) FROM roofline_points GROUP BY 1 ORDER BY 1"
+    before = sql(campaign, per_run)
+    gemm_runs = sql(campaign, "SELECT run_id FROM runs WHERE kind = 'gemm' ORDER BY 1")
+    assert [run for run, _ in before] == [run for (run,) in gemm_runs]  # 3 runs: a twice, b
+    rebuilt = run_rooflab("store", "rebuild", "--db", "store/rooflab.duckdb", cwd=campaign)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert sql(campaign, per_run) == before
+
+
+def test_a_sweep_the_machine_cannot_hold_is_refused_before_anything_is_measured(tmp_path):
+    huge = {
+        **TINY,
+        "sweeps": {
+            **TINY["sweeps"],
+            "huge": {"m": [400000], "n": [400000], "k": [8], "dtypes": ["fp32"]},
+        },
+    }
+    workdir = copy_workflow(tmp_path, huge)
+    for args in (["-n"], []):  # a dry run says so too
+        result = snakemake(workdir, *args)
+        assert result.returncode != 0
+        said = result.stdout + result.stderr
+        assert (
+            "config/config.yaml: sweeps.huge: huge/fp32/nn/m400000_n400000_k8: m=400000 n=400000 "
+            "k=8 fp32 needs 640.03 GB but only" in said
+        )
+    assert not (workdir / "results").exists()  # nothing was measured
 
 
 def test_killed_measuring_job_leaves_no_rows(tmp_path):

@@ -4,10 +4,12 @@ import json
 from dataclasses import replace
 
 from rooflab.backends.selection import select_backend
-from rooflab.experiments.ceilings import run_ceilings, settings_from_config
-from rooflab.workflow import keep_run, log_to
+from rooflab.experiments.ceiling_plan import settings_from_config
+from rooflab.experiments.ceilings import run_ceilings
+from rooflab.workflow import keep_run, log_to, ready_to_keep
 
 log = log_to(snakemake.log[0])
+ready_to_keep(snakemake.output.receipt)
 settings = replace(
     settings_from_config(
         json.loads(snakemake.params.settings),

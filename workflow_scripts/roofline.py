@@ -1,20 +1,21 @@
-"""Rule roofline: points of every timed sweep against the latest ceilings of its own machine
-(model bytes), hierarchical points of the counters runs (counted bytes, trusted only), and per
-ceilings run its cache capacities, datasheet roofs and the config's stage bounds."""
+"""Rule roofline: points of every kept timing run against the latest ceilings of its own machine
+(model bytes), hierarchical points of the kept counters runs (counted bytes, trusted only), and
+per ceilings run its cache capacities, datasheet roofs and the config's stage bounds. Every kept
+run, not only the newest: the store's derived rows are then what a rebuild gives."""
 
 import json
 from pathlib import Path
 
 from rooflab.roofline import build_analysis, write_analysis
-from rooflab.workflow import kept_runs, log_to, read_receipt
+from rooflab.workflow import kept_runs, log_to
 
 log = log_to(snakemake.log[0])
-gemm_runs = [Path(read_receipt(path)["run_dir"]) for path in snakemake.input.timings]
-counters_runs = [Path(read_receipt(path)["run_dir"]) for path in snakemake.input.counters]
+# A sweep's runs (correctness, timing, counters) share one folder beside its receipts.
+sweep_runs = kept_runs([*snakemake.input.timings, *snakemake.input.counters])
 analysis = build_analysis(
     kept_runs(snakemake.input.ceilings),
-    gemm_runs,
-    counters_runs,
+    sweep_runs,
+    sweep_runs,
     stages=json.loads(snakemake.params.stages),
     devices_file=snakemake.input.devices,
 )
@@ -25,12 +26,10 @@ for note in analysis.notes:
 write_analysis(analysis, Path(snakemake.output.points).parent)
 points = analysis.points
 log.info(
-    "%d points from %d timing runs, %d counter points from %d counters runs; ceilings of %d "
-    "machine(s); %s",
+    "%d points and %d counter points from %d kept sweep runs; ceilings of %d machine(s); %s",
     len(points.model),
-    len(gemm_runs),
     len(points.counted),
-    len(counters_runs),
+    len(sweep_runs),
     points.n_machines,
     ", ".join(f"{len(rows)} {name}" for name, rows in analysis.tables.items()),
 )

@@ -5,9 +5,10 @@ import json
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
-from rooflab.workflow import keep_run, log_to, read_receipt
+from rooflab.workflow import keep_run, log_to, read_receipt, ready_to_keep
 
 log = log_to(snakemake.log[0])
+ready_to_keep(snakemake.output.receipt)
 sweep_name, sweep = snakemake.wildcards.sweep, json.loads(snakemake.params.sweep)
 checked = read_receipt(snakemake.input.correctness)
 timing = TimingSettings.from_config(

@@ -1,12 +1,17 @@
 """Campaign configuration: YAML files validated against config/schema.yaml, defaults filled in.
 
 The Snakefile and the CLI both go through `validate_config`, so a key means the same in both. Errors
-name the key (`sweeps.decode.m[2]`) and what was expected.
+are one line that names the key (`sweeps.decode.m[2]`) and what was expected. What the schema cannot
+say is checked after it: every number finite, ranges whose ends are two keys, the usable CPUs, and
+stage graphs (names, order, the ceilings a scenario is drawn against).
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import os
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
@@ -14,21 +19,45 @@ import yaml
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 
-from rooflab.model import Stage
-from rooflab.units import UnitError, as_quantity
+from rooflab.model import ModelError, Stage, topological_order
+from rooflab.units import UnitError, as_quantity, parse_bytes
+from rooflab.vocabulary import COMPUTE_PATH, MEMORY_LEVELS
 
 __all__ = [
+    "COMPUTE_PATHS",
+    "MEMORY_LEVEL_NAMES",
     "ConfigError",
+    "campaign_config",
     "config_file",
     "load_config",
     "load_scenario",
     "load_yaml",
     "stages_from_config",
+    "usable_cpus",
     "validate_config",
 ]
 
 REPO_CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 PACKAGED_CONFIG_DIR = Path(__file__).resolve().parent / "_config"
+
+# The measured ceilings a stages scenario may be drawn against (`compute_path`, `memory_level`):
+# the path each GEMM dtype pairs with, the FMA chains (ceilings.fma_dtypes), the library GEMMs
+# (CPU BLAS; cuBLAS without tensor cores), the cache levels and the memory behind them.
+COMPUTE_PATHS = tuple(
+    sorted(
+        {
+            *(path for paths in COMPUTE_PATH.values() for path in paths.values()),
+            *(f"{dtype}_fma" for dtype in ("fp64", "fp32", "fp16")),
+            *(f"{dtype}_blas" for dtype in ("fp64", "fp32")),
+            *(f"{dtype}_cublas" for dtype in ("fp64", "fp32")),
+        }
+    )
+)
+MEMORY_LEVEL_NAMES = ("L1", "L2", "L3", *MEMORY_LEVELS)
+
+# Sections whose entries are named (a sweep, a scenario, a machine): a campaign file passed with
+# --configfile replaces these of the default file instead of adding to them (campaign_config).
+NAMED_SECTIONS = ("machines", "sweeps", "stages")
 
 
 class ConfigError(ValueError):
@@ -46,10 +75,23 @@ def config_file(name: str) -> Path:
 def load_yaml(path: str | Path) -> object:
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as stream:
-            return yaml.safe_load(stream)
+        data = path.read_bytes()
     except OSError as error:
         raise ConfigError(f"{path}: cannot read ({error.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.reader.ReaderError as error:  # valid UTF-8, but control characters
+        raise ConfigError(
+            f"{path}: not text (character #x{error.character:04x} at position {error.position})"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -95,10 +137,92 @@ def _describe(error) -> str:
     return f"{where or 'top level'}: {error.message}"
 
 
+def _non_finite(value: object, path: tuple = ()) -> tuple[tuple, float] | None:
+    """(key path, value) of the first number that is not finite (YAML's .inf, .nan), if any."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        found = _non_finite(item, (*path, key))
+        if found:
+            return found
+    return None
+
+
 def _check(schema: dict, instance: object, source: str) -> None:
+    found = _non_finite(instance)
+    if found:
+        path, value = found
+        unit = " of seconds" if path and str(path[-1]).endswith("_s") else ""
+        where = _key_path(path) or "top level"
+        raise ConfigError(f"{source}: {where}: must be a finite number{unit}, got {value}")
     error = best_match(_with_defaults(Draft202012Validator)(schema).iter_errors(instance))
     if error is not None:
         raise ConfigError(f"{source}: {_describe(error)}")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), which the CPU backend measures with."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _check_ranges(config: dict, source: str) -> None:
+    """What the schema cannot say: a range whose ends are two keys, and the CPUs there are."""
+    timing = config["timing"]
+    if timing["min_samples"] > timing["max_samples"]:
+        raise ConfigError(
+            f"{source}: timing.min_samples: must be at most timing.max_samples "
+            f"({timing['max_samples']}), got {timing['min_samples']}"
+        )
+    ceilings, sizes = config["ceilings"], {}
+    for key in ("min_working_set", "max_working_set"):
+        if not (key == "max_working_set" and ceilings[key] == "auto"):
+            try:
+                sizes[key] = parse_bytes(ceilings[key], positive=True)
+            except UnitError as error:
+                raise ConfigError(f"{source}: ceilings.{key}: {error}") from None
+    if sizes.get("min_working_set", 0) > sizes.get("max_working_set", math.inf):
+        raise ConfigError(
+            f"{source}: ceilings.min_working_set: must be at most ceilings.max_working_set "
+            f"({ceilings['max_working_set']}), got {ceilings['min_working_set']}"
+        )
+    # On a cluster (a machine with sbatch options) the jobs run elsewhere: these CPUs say nothing.
+    here = not any(m.get("slurm_extra") for m in config["machines"].values())
+    threads, cpus = ceilings["threads"], usable_cpus()
+    if here and config["backend"] != "cuda" and threads is not None and threads > cpus:
+        raise ConfigError(
+            f"{source}: ceilings.threads: at most the {cpus} CPUs this process may use "
+            f"(backend {config['backend']}), got {threads}"
+        )
+
+
+def _check_scenario(scenario: dict, source: str, key: str = "") -> list[Stage]:
+    """A scenario's ceiling names and stage graph (`key` names it in a config); its stages."""
+    prefix = f"{key}." if key else ""
+    for name, kind, known in (
+        ("compute_path", "compute path", COMPUTE_PATHS),
+        ("memory_level", "memory level", MEMORY_LEVEL_NAMES),
+    ):
+        if scenario[name] not in known:
+            raise ConfigError(
+                f"{source}: {prefix}{name}: unknown {kind} {scenario[name]!r}; "
+                f"known: {', '.join(known)}"
+            )
+    stages = stages_from_config(scenario["stages"], f"{source}: {key}" if key else source)
+    try:
+        topological_order(stages)
+    except ModelError as error:
+        raise ConfigError(f"{source}: {prefix}stages: {error}") from None
+    return stages
 
 
 def validate_config(config: dict, source: str = "config") -> dict:
@@ -106,8 +230,36 @@ def validate_config(config: dict, source: str = "config") -> dict:
     if not isinstance(config, dict):
         raise ConfigError(f"{source}: expected a mapping of keys, got {type(config).__name__}")
     _check(_schema(), config, source)
-    for name, scenario in config.get("stages", {}).items():
-        stages_from_config(scenario["stages"], f"{source}: stages.{name}")
+    _check_ranges(config, source)
+    for name, scenario in config["stages"].items():
+        _check_scenario(scenario, source, f"stages.{name}")
+    return config
+
+
+def _merge(into: dict, update: dict) -> dict:
+    """Snakemake's merge of config files: mappings key by key, anything else replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+    return into
+
+
+def campaign_config(config: dict, configfiles: Iterable[str | Path], default: str | Path) -> dict:
+    """Snakemake merges `--configfile` files over the Snakefile's `configfile:` (`default`) key by
+    key, which would add the default's sweeps to a campaign's own. Here each named section
+    (NAMED_SECTIONS) that the user's files give comes from those files alone; the rest stays
+    merged. `config` is changed in place and returned."""
+    default = Path(default).resolve()
+    own = [Path(f) for f in configfiles if Path(f).resolve() != default]
+    documents = [d for d in map(load_yaml, own) if isinstance(d, dict)]
+    for section in NAMED_SECTIONS:
+        given = [d[section] for d in documents if isinstance(d.get(section), dict)]
+        if given:
+            config[section] = {}
+            for part in given:
+                _merge(config[section], part)
     return config
 
 
@@ -123,7 +275,7 @@ def load_scenario(path: str | Path) -> list[Stage]:
     for key in ("type", "additionalProperties", "properties", "title", "description"):
         schema.pop(key, None)
     _check(schema, document, str(path))
-    return stages_from_config(document["stages"], str(path))
+    return _check_scenario(document, str(path))
 
 
 def stages_from_config(entries: list[dict], where: str) -> list[Stage]:

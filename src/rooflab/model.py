@@ -31,6 +31,7 @@ __all__ = [
     "hierarchical_bound",
     "stage_bounds",
     "tensor_bytes",
+    "topological_order",
 ]
 
 
@@ -296,7 +297,13 @@ class StageBounds:
     critical_path: list[str] = field(default_factory=list)
 
 
-def _topological_order(stages: list[Stage]) -> list[Stage]:
+_NONE_LEFT = object()  # a visited stage's dependencies are all done
+
+
+def topological_order(stages: list[Stage]) -> list[Stage]:
+    """Each stage after its `after` stages: depth-first in list order, dependencies in their order;
+    a duplicate name, an unknown `after` name or a cycle is refused. Iterative (no recursion limit)
+    and linear in stages plus dependencies."""
     by_name: dict[str, Stage] = {}
     for stage in stages:
         if stage.name in by_name:
@@ -306,34 +313,41 @@ def _topological_order(stages: list[Stage]) -> list[Stage]:
         for dep in stage.after:
             if dep not in by_name:
                 raise ModelError(f"stage {stage.name!r} runs after unknown stage {dep!r}")
-    order, done, visiting = [], set(), []
-
-    def visit(stage: Stage) -> None:
-        if stage.name in done:
-            return
-        if stage.name in visiting:
-            cycle = [*visiting[visiting.index(stage.name) :], stage.name]
-            raise ModelError(f"stages form a cycle: {' -> '.join(cycle)}")
-        visiting.append(stage.name)
-        for dep in stage.after:
-            visit(by_name[dep])
-        visiting.pop()
-        done.add(stage.name)
-        order.append(stage)
-
-    for stage in stages:
-        visit(stage)
+    order: list[Stage] = []
+    done: set[str] = set()
+    for root in stages:
+        if root.name in done:
+            continue
+        # The stages being visited, outermost first, with each one's dependencies still to visit.
+        path, on_path = [root.name], {root.name: 0}
+        pending = [iter(root.after)]
+        while pending:
+            dep = next((d for d in pending[-1] if d not in done), _NONE_LEFT)
+            if dep is _NONE_LEFT:
+                pending.pop()
+                name = path.pop()
+                del on_path[name]
+                done.add(name)
+                order.append(by_name[name])
+            elif dep in on_path:
+                cycle = [*path[on_path[dep] :], dep]
+                raise ModelError(f"stages form a cycle: {' -> '.join(cycle)}")
+            else:
+                on_path[dep] = len(path)
+                path.append(dep)
+                pending.append(iter(by_name[dep].after))
     return order
 
 
 def stage_bounds(stages: Iterable[Stage], peak: float, bandwidth: float) -> StageBounds:
     """Each stage costs its own max(F/C, Q/B); a stage starts when all its `after` stages finish.
     (a) critical path = latest finish; (b) aggregate = max(ΣF/C, ΣQ/B); both are valid lower
-    bounds, so the bound is their maximum. Summing the ledgers alone (b) hides serial waits."""
+    bounds, so the bound is their maximum. Summing the ledgers alone (b) hides serial waits.
+    Linear in stages plus dependencies."""
     stages = list(stages)
     if not stages:
         raise ModelError("no stages given")
-    order = _topological_order(stages)
+    order = topological_order(stages)
     bounds = {s.name: bound(s.flops, s.bytes, peak, bandwidth) for s in order}
     finish: dict[str, float] = {}
     start: dict[str, float] = {}
@@ -347,11 +361,12 @@ def stage_bounds(stages: Iterable[Stage], peak: float, bandwidth: float) -> Stag
     while by_name[path[-1]].after:
         path.append(max(by_name[path[-1]].after, key=lambda d: finish[d]))
     path.reverse()
+    on_path = set(path)
     critical_path_s = finish[last]
     aggregate = bound(sum(s.flops for s in stages), sum(s.bytes for s in stages), peak, bandwidth)
     results = [
         StageResult(
-            s.name, tuple(s.after), bounds[s.name], start[s.name], finish[s.name], s.name in path
+            s.name, tuple(s.after), bounds[s.name], start[s.name], finish[s.name], s.name in on_path
         )
         for s in stages
     ]

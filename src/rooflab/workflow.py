@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from rooflab.records import find_run_folders, write_run
+from rooflab.records import check_writable, find_run_folders, write_run
 
 
 def log_to(log_path: str | os.PathLike) -> logging.Logger:
@@ -42,6 +42,12 @@ def read_receipt(path: str | os.PathLike) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def ready_to_keep(receipt_path: str | os.PathLike) -> Path:
+    """The folder a job keeps its run in, beside its receipt, checked writable before the job
+    measures: a finished measurement is never lost to a folder it cannot be written to."""
+    return check_writable(Path(receipt_path).parent / "runs")
+
+
 def keep_run(tables: dict[str, list[dict]], receipt_path: str | os.PathLike, **extra) -> dict:
     """Write the run beside its receipt (`runs/<run_id>/`) and then the receipt naming it."""
     receipt_path = Path(receipt_path)
@@ -60,10 +66,7 @@ def keep_run(tables: dict[str, list[dict]], receipt_path: str | os.PathLike, **e
 
 
 def kept_runs(receipts: Iterable[str | os.PathLike]) -> list[Path]:
-    """Every run kept beside these receipts (`runs/<run_id>/`, oldest first); a hidden folder
-    (a write that did not finish) is not a run."""
-    return [
-        folder.path
-        for receipt in receipts
-        for folder in find_run_folders(Path(receipt).parent / "runs")
-    ]
+    """Every run kept beside these receipts (`runs/<run_id>/`, oldest first, each once: receipts
+    of one folder share its runs); a hidden folder (a write that did not finish) is not a run."""
+    folders = dict.fromkeys(Path(receipt).parent / "runs" for receipt in receipts)
+    return [run.path for folder in folders for run in find_run_folders(folder)]

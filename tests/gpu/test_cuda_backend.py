@@ -15,7 +15,8 @@ import pytest
 
 from rooflab.backends.selection import select_backend
 from rooflab.devices import matching_preset
-from rooflab.experiments.ceilings import QUICK, run_ceilings
+from rooflab.experiments.ceiling_plan import QUICK
+from rooflab.experiments.ceilings import run_ceilings
 from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings

@@ -12,18 +12,22 @@ from rooflab.units import format_quantity
 
 def _backend_and_config(args):
     from rooflab.backends.selection import select_backend
+    from rooflab.records import check_writable
 
     config = load_config(args.config) if args.config else validate_config({})
+    check_writable(args.out)  # before measuring: a finished run must not be lost to a write
     return select_backend(args.backend or config["backend"]), config
 
 
 def cmd_measure_ceilings(args) -> None:
     from rooflab.conditions.disturbance import DisturbanceSettings
-    from rooflab.experiments import ceilings
+    from rooflab.experiments import ceiling_plan, ceilings
     from rooflab.records import write_run
 
     backend, config = _backend_and_config(args)
-    settings = ceilings.QUICK if args.quick else ceilings.settings_from_config(config["ceilings"])
+    settings = (
+        ceiling_plan.QUICK if args.quick else ceiling_plan.settings_from_config(config["ceilings"])
+    )
     settings = replace(
         settings,
         max_clock_change=config["timing"]["max_clock_change"],

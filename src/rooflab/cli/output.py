@@ -12,10 +12,11 @@ import sys
 from rooflab.backends.base import BackendError
 from rooflab.config import ConfigError
 from rooflab.model import ModelError
+from rooflab.records import NotWritable
 from rooflab.store import StoreError
 from rooflab.units import UnitError, format_quantity
 
-INPUT_ERRORS = (UnitError, ModelError, ConfigError, BackendError, StoreError)
+INPUT_ERRORS = (UnitError, ModelError, ConfigError, BackendError, StoreError, NotWritable)
 
 
 class UsageError(Exception):

@@ -10,7 +10,7 @@ import sys
 import uuid
 
 from rooflab.cli.output import print_rows
-from rooflab.store import ingest, query, rebuild
+from rooflab.store import StoreError, ingest, query, rebuild
 
 
 def _plain(value):
@@ -49,8 +49,8 @@ def _print_result(rows: list[dict], fmt: str) -> None:
 def _report_line(report) -> str:
     line = (
         f"{report.db_path}: added {len(report.added_run_ids)} run(s), "
-        f"{len(report.present_run_ids)} already there; derived from "
-        f"{len(report.roofline_run_ids)} run(s): {report.roofline_rows_inserted} Roofline "
+        f"{len(report.present_run_ids)} already there, {len(report.bad_runs)} set aside; derived "
+        f"from {len(report.roofline_run_ids)} run(s): {report.roofline_rows_inserted} Roofline "
         f"point(s) stored, {report.roofline_rows_removed} replaced"
     )
     if report.added_columns:
@@ -58,13 +58,34 @@ def _report_line(report) -> str:
     return line
 
 
+def _say_set_aside(report) -> None:
+    """On stderr, the temporary files removed and one line per run (or derived file) set aside;
+    then, if any was set aside, a StoreError: everything good is committed by now, and the
+    command exits non-zero so that the workflow's ingest fails visibly."""
+    for path in report.stale_removed:
+        print(f"rooflab: removed {path}, left by a rebuild that was killed", file=sys.stderr)
+    lines = report.set_aside_lines()
+    for line in lines:
+        print(f"rooflab: {line}", file=sys.stderr)
+    if lines:
+        what = [f"{len(report.bad_runs)} run(s) set aside"] if report.bad_runs else []
+        what += ["the derived tables not replaced"] if report.bad_derived else []
+        raise StoreError(
+            f"{' and '.join(what)} (named above; the files are left as they are), everything "
+            "else stored: fix or remove the bad files, then run `rooflab store ingest` again"
+        )
+
+
 def cmd_store_ingest(args) -> None:
-    print(_report_line(ingest(args.db, args.results, lock_timeout_s=args.lock_timeout)))
+    report = ingest(args.db, args.results, lock_timeout_s=args.lock_timeout, strict=False)
+    print(_report_line(report))
+    _say_set_aside(report)
 
 
 def cmd_store_rebuild(args) -> None:
-    report = rebuild(args.db, args.results, lock_timeout_s=args.lock_timeout)
+    report = rebuild(args.db, args.results, lock_timeout_s=args.lock_timeout, strict=False)
     print(f"rebuilt from {args.results}: " + _report_line(report))
+    _say_set_aside(report)
 
 
 def cmd_query(args) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
 
-from rooflab.backends.base import Backend, BackendError, Workload
+from rooflab.backends.base import Backend, Workload
 from rooflab.conditions.disturbance import (
     DisturbanceSettings,
     Verdict,
@@ -25,12 +25,22 @@ from rooflab.conditions.disturbance import (
     wait_until_idle,
 )
 from rooflab.conditions.nvml import clock_flags
-from rooflab.config import ConfigError
+from rooflab.experiments.ceiling_plan import (
+    LOCAL_ABOVE,
+    LOCAL_MIN_BYTES,
+    PLATEAU_BELOW,
+    CeilingSettings,
+    check_memory,
+    check_supported,
+    largest_working_set,
+    plateaus,
+    working_set_sizes,
+)
+from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.timing import (
     Progress,
     Sample,
-    TimingSettings,
     clean,
     fastest_window_median,
     judge_samples,
@@ -40,110 +50,8 @@ from rooflab.experiments.timing import (
     take_sample,
 )
 from rooflab.records import new_run_id, utc_now
-from rooflab.units import UnitError, format_quantity, parse_bytes
+from rooflab.units import format_quantity
 from rooflab.vocabulary import CacheState
-
-# A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
-# at DRAM_ABOVE x the total cache capacity.
-PLATEAU_ABOVE, PLATEAU_BELOW, DRAM_ABOVE = 2.0, 0.5, 4.0
-# A backend's local cache (a GPU's L1) is swept per SM from LOCAL_MIN_BYTES to LOCAL_ABOVE x its
-# capacity, so the sweep shows the plateau and the fall into the next level.
-LOCAL_MIN_BYTES, LOCAL_ABOVE = 4 * 1024, 4
-
-
-@dataclass(frozen=True)
-class CeilingSettings:
-    min_working_set_bytes: int = 16 * 1024
-    max_working_set_bytes: int | None = None  # None: 8x the total cache capacity
-    points_per_octave: int = 4
-    kernels: tuple[str, ...] = ("read", "copy", "triad")
-    threads: int | None = None  # None: all usable cores
-    window_s: float = 0.05
-    windows: int = 5
-    fma_dtypes: tuple[str, ...] = ("fp64", "fp32")
-    blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
-    blas_n: int = 2048
-    blas_timing: TimingSettings = field(
-        default_factory=lambda: TimingSettings(
-            warmup_s=0.3, min_time_s=1.0, min_samples=5, cooldown_s=1.0
-        )
-    )
-    max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
-    disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
-
-
-QUICK = CeilingSettings(
-    points_per_octave=2,
-    kernels=("triad",),
-    window_s=0.02,
-    windows=3,
-    blas_n=1024,
-    blas_timing=TimingSettings(warmup_s=0.1, min_time_s=0.3, min_samples=5),
-)
-
-
-def settings_from_config(
-    ceilings: dict, where: str = "ceilings", disturbance: dict | None = None
-) -> CeilingSettings:
-    """CeilingSettings from a validated config's `ceilings` section (sizes parsed with units)."""
-    sizes = {}
-    for key in ("min_working_set", "max_working_set"):
-        text = ceilings[key]
-        if key == "max_working_set" and text == "auto":
-            sizes[key] = None
-            continue
-        try:
-            sizes[key] = int(parse_bytes(text, positive=True))
-        except UnitError as error:
-            raise ConfigError(f"{where}.{key}: {error}") from None
-    return CeilingSettings(
-        min_working_set_bytes=sizes["min_working_set"],
-        max_working_set_bytes=sizes["max_working_set"],
-        points_per_octave=ceilings["points_per_octave"],
-        kernels=tuple(ceilings["kernels"]),
-        threads=ceilings["threads"],
-        window_s=ceilings["window_s"],
-        windows=ceilings["windows"],
-        fma_dtypes=tuple(ceilings["fma_dtypes"]),
-        blas_dtypes=tuple(ceilings["blas_dtypes"]),
-        blas_n=ceilings["blas_n"],
-        disturbance=DisturbanceSettings.from_config(disturbance or {}),
-    )
-
-
-def working_set_sizes(low: int, high: int, points_per_octave: int) -> list[int]:
-    """Geometric from `low` to `high` inclusive, rounded to 1 KiB."""
-    octaves = math.log2(high / low)
-    count = max(1, math.ceil(octaves * points_per_octave))
-    sizes = {round(low * 2 ** (i * octaves / count) / 1024) * 1024 for i in range(count + 1)}
-    return sorted(sizes)
-
-
-def plateaus(
-    cache_bytes_by_level: dict[str, int], high: int, memory_level: str = "DRAM"
-) -> dict[str, tuple[int, int]]:
-    """Working-set range of each level's plateau, levels in order of size, then the memory."""
-    windows, below = {}, 0
-    for level, size in sorted(cache_bytes_by_level.items(), key=lambda item: item[1]):
-        windows[level] = (int(PLATEAU_ABOVE * below), int(PLATEAU_BELOW * size))
-        below = size
-    windows[memory_level] = (int(DRAM_ABOVE * sum(cache_bytes_by_level.values())), high)
-    return windows
-
-
-def check_supported(backend: Backend, settings: CeilingSettings) -> None:
-    """Refuse, before measuring anything, what this backend cannot measure."""
-    for what, asked, known in (
-        ("stream kernel", settings.kernels, backend.stream_kernels),
-        ("FMA dtype", settings.fma_dtypes, backend.fma_dtypes),
-        ("library GEMM dtype", settings.blas_dtypes, backend.gemm_dtypes),
-    ):
-        missing = [item for item in asked if item not in known]
-        if missing:
-            raise BackendError(
-                f"backend {backend.name} has no {what} {', '.join(map(repr, missing))}; "
-                f"supported: {', '.join(known)}"
-            )
 
 
 def _flags(tables: dict, config_ids: set[str], max_clock_change: float) -> dict:
@@ -225,13 +133,24 @@ def time_workload(
 def run_ceilings(
     backend: Backend, settings: CeilingSettings, run_id: str | None = None
 ) -> dict[str, list[dict]]:
+    """Measure the ceilings; the rows of each table (nothing is written here). Refuses, before
+    measuring, what the backend cannot measure or its memory cannot hold (ceiling_plan), and
+    holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
     check_supported(backend, settings)
+    check_memory(backend, settings)
+    with measuring("ceilings"):
+        return _run_ceilings(backend, settings, run_id)
+
+
+def _run_ceilings(
+    backend: Backend, settings: CeilingSettings, run_id: str | None = None
+) -> dict[str, list[dict]]:
     run_id = run_id or new_run_id()
     quiet = quiet_check(backend, settings.disturbance, "ceilings")
     started = utc_now()
     threads = settings.threads or backend.default_threads()
     caches = backend.cache_bytes_by_level()
-    high = settings.max_working_set_bytes or 8 * sum(caches.values())
+    high = largest_working_set(backend, settings)
     sizes = working_set_sizes(settings.min_working_set_bytes, high, settings.points_per_octave)
     level_windows = plateaus(caches, high, backend.memory_level)
     tables: dict[str, list[dict]] = {

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -56,6 +55,8 @@ from rooflab.counters.perf import (
 from rooflab.counters.points import PAIRINGS, PairingError, calibrate, pair
 from rooflab.counters.tool import Unavailable, run_tool
 from rooflab.experiments.gemm import GemmConfig, sweep_configs
+from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.profiled_gemm import child_command
 from rooflab.experiments.runs import conditions_row, run_row
 from rooflab.records import new_run_id, read_run, utc_now
 from rooflab.vocabulary import compute_path
@@ -133,33 +134,6 @@ def select_configs(
     return Selection([timed[i] for i in picks])
 
 
-def child_command(config: GemmConfig, seed: int, backend: str, warmup: int) -> list[str]:
-    """The process a profiler runs: `python -m rooflab.experiments.profiled_gemm` for one config."""
-    return [
-        sys.executable,
-        "-m",
-        "rooflab.experiments.profiled_gemm",
-        "--sweep",
-        config.sweep,
-        "--dtype",
-        config.dtype,
-        "--layout",
-        config.layout,
-        "--m",
-        str(config.m),
-        "--n",
-        str(config.n),
-        "--k",
-        str(config.k),
-        "--seed",
-        str(seed),
-        "--warmup",
-        str(warmup),
-        "--backend",
-        backend,
-    ]
-
-
 def status_row(run_id: str, config_id: str | None, status: str, reason: str | None, **extra):
     """A row of `counters` with no metric: how one profile (or the whole step) went."""
     return {
@@ -202,7 +176,25 @@ def run_counters(
 
     `timing_run_dir`: the sweep's timing run (the configurations it timed are the candidates, its
     points are what replays pair with). `tool`: "ncu" or "perf"; by default ncu on the CUDA
-    backend and perf on the CPU."""
+    backend and perf on the CPU.
+
+    Holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
+    with measuring(f"counters of sweep {sweep_name}"):
+        return _run_counters(
+            backend, sweep_name, sweep, settings, timing_run_dir, tool=tool, run_id=run_id
+        )
+
+
+def _run_counters(
+    backend: Backend,
+    sweep_name: str,
+    sweep: Mapping,
+    settings: CounterSettings,
+    timing_run_dir: str | Path,
+    *,
+    tool: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, list[dict]]:
     tool = tool or ("ncu" if backend.name == "cuda" else "perf")
     if tool not in TOOLS:
         raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")

@@ -9,6 +9,7 @@ from rooflab.backends.base import Backend, BackendError
 from rooflab.conditions.disturbance import add_gpu_processes
 from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
+from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.timing import Progress, TimingSettings, measure, sample_rows
 from rooflab.model import gemm_ledger, tensor_bytes
@@ -84,7 +85,23 @@ def run_gemm_sweep(
     - `timing` None: check correctness only (a run of kind "correctness");
     - `passed_config_ids` given: the check was done by an earlier run; time only those;
     - otherwise: check every configuration, then time those that passed (kind "gemm").
-    """
+
+    Holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
+    with measuring(f"gemm sweep {name}"):
+        return _run_gemm_sweep(
+            backend, name, sweep, timing, passed_config_ids=passed_config_ids, run_id=run_id
+        )
+
+
+def _run_gemm_sweep(
+    backend: Backend,
+    name: str,
+    sweep: dict,
+    timing: TimingSettings | None,
+    *,
+    passed_config_ids: set[str] | None = None,
+    run_id: str | None = None,
+) -> dict[str, list[dict]]:
     configs = sweep_configs(name, sweep)
     if passed_config_ids is not None:
         configs = [c for c in configs if c.config_id in passed_config_ids]

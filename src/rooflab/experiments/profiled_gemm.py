@@ -32,6 +32,33 @@ from rooflab.experiments.gemm import GemmConfig
 PERF_ACK_TIMEOUT_S = 30.0
 
 
+def child_command(config: GemmConfig, seed: int, backend: str, warmup: int) -> list[str]:
+    """The process a profiler runs: this module, for one configuration."""
+    return [
+        sys.executable,
+        "-m",
+        "rooflab.experiments.profiled_gemm",
+        "--sweep",
+        config.sweep,
+        "--dtype",
+        config.dtype,
+        "--layout",
+        config.layout,
+        "--m",
+        str(config.m),
+        "--n",
+        str(config.n),
+        "--k",
+        str(config.k),
+        "--seed",
+        str(seed),
+        "--warmup",
+        str(warmup),
+        "--backend",
+        backend,
+    ]
+
+
 def _perf_command(ctl: int, ack: int, command: str) -> None:
     """Send `command` to perf's control fifo and wait for its ack (perf may prefix NUL bytes)."""
     os.write(ctl, f"{command}\n".encode())

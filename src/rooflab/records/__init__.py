@@ -2,7 +2,8 @@
 
 - `tables`: the tables, their columns and types, the schema version;
 - `run_folder`: writing a run folder whole or not at all, reading it back checked in full, and the
-  run's identity (run id, commit and dirty flag, settings hash).
+  run's identity (run id, commit and dirty flag, settings hash);
+- `writable`: checking, before measuring, that the run folder can be written.
 """
 
 from rooflab.records.run_folder import (
@@ -23,15 +24,18 @@ from rooflab.records.run_folder import (
     write_run,
 )
 from rooflab.records.tables import DERIVED_TABLES, MEASURED_TABLES, SCHEMA_VERSION, TABLES
+from rooflab.records.writable import NotWritable, check_writable
 
 __all__ = [
     "DERIVED_TABLES",
     "MEASURED_TABLES",
     "SCHEMA_VERSION",
     "TABLES",
+    "NotWritable",
     "RecordError",
     "RunFolder",
     "RunFolderError",
+    "check_writable",
     "conform_types",
     "find_run_folders",
     "git_state",

@@ -157,9 +157,8 @@ def read_table_file(path: Path) -> pa.Table:
     try:
         return pq.read_table(path)
     except (OSError, pa.ArrowException) as error:
-        raise RunFolderError(
-            f"{path}: cannot read this Parquet file ({_one_line(error)})"
-        ) from None
+        reason = _one_line(error).replace(f"Could not open Parquet input source '{path}': ", "")
+        raise RunFolderError(f"{path}: cannot read this Parquet file ({reason})") from None
 
 
 def conform_types(path: Path, name: str, table: pa.Table) -> pa.Table:
@@ -205,6 +204,8 @@ def read_run_folder(folder: RunFolder, reserved: Collection[str] = ()) -> dict[s
                 f"{path}: rows of run(s) {', '.join(others)} in the folder of run {folder.run_id}"
             )
         tables[name] = table
+    if "runs" not in tables:  # removed since the folder was found
+        raise RunFolderError(f"{folder.path / 'runs.parquet'}: no such file")
     if tables["runs"].num_rows != 1:
         raise RunFolderError(
             f"{folder.path / 'runs.parquet'}: {tables['runs'].num_rows} rows, expected one"

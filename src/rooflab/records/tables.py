@@ -355,7 +355,7 @@ TABLES: dict[str, pa.Schema] = {
             ("bandwidth_b_per_s", _F),
         ]
     ),
-    # Derived: every run the roofline step read (kind: ceilings, gemm, counters). The store
+    # Derived: every run the roofline step read (kind: the run's kind). The store
     # replaces the derived rows of exactly these runs.
     "roofline_inputs": pa.schema([("run_id", _S), ("machine_id", _S), ("kind", _S)]),
 }

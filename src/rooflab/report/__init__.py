@@ -8,7 +8,7 @@ without a network.
 
 Every machine and backend in the store gets its own section (summary and charts): ceilings are
 never drawn against another machine's points. With more than one machine, chart names (and file
-names) start with a slug of host, backend and machine id.
+names) start with host, backend and machine id (`names.name_part`).
 
 The modules, each depending only on those listed after it:
 
@@ -19,7 +19,10 @@ The modules, each depending only on those listed after it:
   `sweep_charts` (ceiling sweep, weight reuse), `run_charts` (samples, conditions, change),
   `stage_charts` (stage bounds);
 - what the charts share: `axes` (roof geometry, time and size labels), `labels` (placing roof
-  labels), `disturbed_marks` (how a disturbed measurement is marked).
+  labels), `disturbed_marks` (how a disturbed measurement is marked);
+- `names`: how names from the config and the store become chart names, ids and file names (one
+  to one: a slug and a hash of any name that is not already safe), and the page's escaping of
+  them (JSON inside <script>, attributes, hrefs).
 
 altair and vl_convert are imported inside the functions: the CLI imports this package lazily too.
 """

@@ -14,6 +14,7 @@ from rooflab.report.counter_charts import (
     model_vs_counted_chart,
     model_vs_counted_table,
 )
+from rooflab.report.names import duplicates, name_part
 from rooflab.report.page import Chart, MachineSection, index_html, vl_version
 from rooflab.report.roofline_chart import roofline_chart
 from rooflab.report.run_charts import change_chart, conditions_chart, distribution_chart
@@ -25,7 +26,7 @@ from rooflab.report.sweep_charts import (
     reuse_time_chart,
     sweep_chart,
 )
-from rooflab.store import connect_read_only
+from rooflab.store import StoreError, connect_read_only
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -187,10 +188,10 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                     ),
                 ]
             )[["series", "cache_state", "m", "quantity", "source", "seconds"]]
-            safe = "".join(c if c.isalnum() else "_" for c in str(sweep_name))
+            part = name_part(sweep_name)
             charts.append(
                 Chart(
-                    f"reuse_time_{safe}",
+                    f"reuse_time_{part}",
                     f"Weight reuse: time vs M (sweep {sweep_name})",
                     "Solid: the measured median; dashed: the Roofline lower bound of the same "
                     "configuration. The whole GEMM gets longer with M while the time per row falls "
@@ -201,7 +202,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
             )
             charts.append(
                 Chart(
-                    f"reuse_efficiency_{safe}",
+                    f"reuse_efficiency_{part}",
                     f"Weight reuse: efficiency vs M (sweep {sweep_name})",
                     "Achieved FLOP/s over the attainable FLOP/s of the roof each point sits under "
                     "(100 % is on the roof).",
@@ -261,7 +262,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
     for name, frame in stages.groupby("scenario", sort=True):
         charts.append(
             Chart(
-                f"stages_{name}",
+                f"stages_{name_part(name)}",
                 f"Stage bounds: {name}",
                 "Each bar is a stage at its own bound max(F/C, Q/B) on this machine's measured "
                 "ceilings, started when the stages it depends on finish; the dashed lines are "
@@ -272,6 +273,24 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
     for chart in charts:
         chart.name = scope.get("prefix", "") + chart.name
     return charts, facts
+
+
+class ChartNamesShared(StoreError):
+    """Two charts of the store's report would share a name (and their PNG and SVG files)."""
+
+
+def _refuse_shared_names(names: list[str]) -> None:
+    """Two charts under one name would draw one's data in the other's place and overwrite its
+    files: names map to chart names one to one (report.names), so only a hash collision or a
+    contrived name gets here, and it is refused before anything is written (the CLI prints it
+    as one line)."""
+    shared = duplicates(names)
+    if shared:
+        raise ChartNamesShared(
+            "two charts of the report would share the name(s) "
+            + ", ".join(repr(name) for name in shared)
+            + " and their PNG and SVG files; rename a sweep, stages scenario or host"
+        )
 
 
 def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
@@ -290,7 +309,7 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
             machines.append(
                 MachineSection(
                     title=f"{scope['host']} ({scope['backend']}, {scope['device_name']})",
-                    anchor="machine-" + scope.get("prefix", "").rstrip("_"),
+                    anchor="machine-" + scope.get("prefix", "").removesuffix("__"),
                     summary=summary_html(connection, scope, facts),
                     charts=charts,
                 )
@@ -298,6 +317,7 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
     finally:
         connection.close()
 
+    _refuse_shared_names([chart.name for machine in machines for chart in machine.charts])
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(out_dir=out_dir, index=out_dir / "index.html")
     version = vl_version()

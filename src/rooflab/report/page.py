@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import functools
 import html
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from rooflab.report.names import attribute, script_json, url
 
 if TYPE_CHECKING:
     import altair as alt
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Chart:
-    name: str  # file stem and element id
+    name: str  # file stem and element id: safe, from report.names.name_part
     title: str
     how_to_read: str
     chart: alt.TopLevelMixin
@@ -59,9 +60,9 @@ def _chart_html(chart: Chart, heading: str) -> str:
     return (
         f"<section class='chart'><{heading}>{html.escape(chart.title)}</{heading}>"
         f"<p class='how'>{html.escape(chart.how_to_read)}</p>"
-        f"<div class='vega-chart' id='chart-{chart.name}'></div>{chart.notes_html}"
-        f"<p class='files'><a href='{chart.name}.png'>PNG</a> · "
-        f"<a href='{chart.name}.svg'>SVG</a></p></section>"
+        f"<div class='vega-chart' id='chart-{attribute(chart.name)}'></div>{chart.notes_html}"
+        f"<p class='files'><a href='{url(chart.name + '.png')}'>PNG</a> · "
+        f"<a href='{url(chart.name + '.svg')}'>SVG</a></p></section>"
     )
 
 
@@ -74,7 +75,7 @@ def _body_html(machines: list[MachineSection]) -> str:
             parts.append("<p class='empty'>Nothing to chart yet.</p>")
         return "\n".join(parts)
     items = "".join(
-        f"<li><a href='#{m.anchor}'>{html.escape(m.title)}</a> ({len(m.charts)} charts)</li>"
+        f"<li><a href='#{url(m.anchor)}'>{html.escape(m.title)}</a> ({len(m.charts)} charts)</li>"
         for m in machines
     )
     parts = [
@@ -86,7 +87,7 @@ def _body_html(machines: list[MachineSection]) -> str:
             "<p class='empty'>Nothing to chart yet.</p>"
         )
         parts.append(
-            f"<section class='machine' id='{m.anchor}'><h2>{html.escape(m.title)}</h2>"
+            f"<section class='machine' id='{attribute(m.anchor)}'><h2>{html.escape(m.title)}</h2>"
             f"{m.summary}{charts}</section>"
         )
     return "\n".join(parts)
@@ -94,12 +95,14 @@ def _body_html(machines: list[MachineSection]) -> str:
 
 def _page(title: str, body: str, specs: dict[str, dict]) -> str:
     bundle = _vega_bundle()
-    specs_json = json.dumps(specs).replace("</", "<\\/")
+    # no `<` in the specs' JSON: a name can end the script or open a comment in it
+    specs_json = script_json(specs)
     embed = f"""
 const specs = {specs_json};
 const done = [];
 for (const [name, spec] of Object.entries(specs)) {{
-  done.push(window.vegaEmbed('#chart-' + name, spec, {{renderer: 'svg', actions: false}})
+  const element = document.getElementById('chart-' + name);
+  done.push(window.vegaEmbed(element, spec, {{renderer: 'svg', actions: false}})
     .catch(reportError));
 }}
 Promise.all(done).then(() => document.body.setAttribute('data-rendered', 'true'));

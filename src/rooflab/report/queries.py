@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from rooflab.report.names import name_part
 from rooflab.store import read_view
 
 if TYPE_CHECKING:
@@ -26,19 +27,21 @@ def scopes(connection) -> list[dict]:
         for row in rows.to_dict("records")
     ]
     if len(scopes) > 1:
+        # host, backend and the machine id's first 8 characters; the whole id where two
+        # machines share those
+        short = [_machine_name(scope, 8) for scope in scopes]
         for scope in scopes:
-            scope["prefix"] = _slug(
-                f"{scope['host']}_{scope['backend']}_{str(scope['machine_id'])[:8]}"
-            )
+            whole = short.count(_machine_name(scope, 8)) > 1
+            scope["prefix"] = name_part(_machine_name(scope, None if whole else 8)) + "__"
     return scopes
+
+
+def _machine_name(scope, id_chars: int | None) -> str:
+    return f"{scope['host']}_{scope['backend']}_{str(scope['machine_id'])[:id_chars]}"
 
 
 def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text) + "__"
 
 
 def _of(scope) -> dict:

@@ -118,7 +118,8 @@ def summary_html(connection, scope, facts) -> str:
             ridges = ", ".join(
                 f"{esc(r.name)} {r.value / bw:.3g} FLOP/byte" for r in compute.itertuples()
             )
-            out.append(f"<p>Ridge points against {level} ({bw / 1e9:.4g} GB/s): {ridges}.</p>")
+            against = f"{esc(str(level))} ({bw / 1e9:.4g} GB/s)"
+            out.append(f"<p>Ridge points against {against}: {ridges}.</p>")
     if facts.get("counters_html"):
         out.append(facts["counters_html"])
     if points.empty:

@@ -136,16 +136,13 @@ def build_analysis(
     tables: dict[str, list[dict]] = {name: [] for name in DERIVED_TABLES}
     tables["roofline_points"] = points.rows
     notes: list[str] = []
-    read = {"ceilings": ceilings_runs, "gemm": gemm_runs, "counters": counters_runs}
-    for kind, runs in read.items():
-        for run_dir in runs:
-            run_tables = read_run(run_dir)
-            (run,) = run_tables["runs"].to_pylist()
-            tables["roofline_inputs"].append(
-                {"run_id": run["run_id"], "machine_id": run["machine_id"], "kind": kind}
-            )
-            if kind != "ceilings":
-                continue
+    for run_dir in dict.fromkeys([*ceilings_runs, *gemm_runs, *counters_runs]):
+        run_tables = read_run(run_dir)
+        (run,) = run_tables["runs"].to_pylist()
+        tables["roofline_inputs"].append(
+            {"run_id": run["run_id"], "machine_id": run["machine_id"], "kind": run["kind"]}
+        )
+        if run_dir in ceilings_runs:
             peak, bandwidth = ceiling_values(run_tables)
             tables["cache_capacities"] += cache_capacity_rows(run)
             preset = matching_preset(run.get("device_name"), devices_file)

@@ -9,6 +9,7 @@ Reading the kept run folders back is `rooflab.records`' (`find_run_folders`, `re
 from rooflab.store.connection import (
     DEFAULT_DB,
     QueryError,
+    QueryRefused,
     StoreError,
     StoreLocked,
     connect_read_only,
@@ -16,7 +17,7 @@ from rooflab.store.connection import (
     read_view,
 )
 from rooflab.store.views import VIEWS_SQL
-from rooflab.store.writer import DEFAULT_RESULTS, IngestReport, ingest, rebuild
+from rooflab.store.writer import DEFAULT_RESULTS, IngestReport, RunsSetAside, ingest, rebuild
 
 __all__ = [
     "DEFAULT_DB",
@@ -24,6 +25,8 @@ __all__ = [
     "VIEWS_SQL",
     "IngestReport",
     "QueryError",
+    "QueryRefused",
+    "RunsSetAside",
     "StoreError",
     "StoreLocked",
     "connect_read_only",

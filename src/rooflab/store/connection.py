@@ -40,6 +40,10 @@ class QueryError(StoreError):
     """The SQL of a query failed."""
 
 
+class QueryRefused(QueryError):
+    """The SQL would read or write outside the store, change it, or change a setting."""
+
+
 def _lock_holder(message: str) -> str:
     match = _LOCK_HOLDER.search(message)
     return f" (PID {match.group(2)}, {match.group(1)})" if match else ""
@@ -49,16 +53,30 @@ def _is_lock_error(error: Exception) -> bool:
     return "Could not set lock" in str(error)
 
 
+# A reader's connection reads the store and nothing else: no other file, directory or URL (COPY
+# TO, read_text, EXPORT DATABASE, ATTACH, INSTALL and LOAD are refused), no extension loaded or
+# fetched on its own, no spill files (temp_directory ''; queries run in memory), and, once
+# TimeZone is set, no setting can be changed back (lock_configuration).
+_READER_CONFIG = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "temp_directory": "",
+}
+
+
 def _open(
-    db_path: Path, *, read_only: bool, lock_timeout_s: float, action: str
+    db_path: Path, *, read_only: bool, lock_timeout_s: float, action: str, locked: bool = False
 ) -> duckdb.DuckDBPyConnection:
-    """Connect, retrying while another process holds the lock, then StoreLocked."""
+    """Connect, retrying while another process holds the lock, then StoreLocked. `locked`: the
+    reader's settings (_READER_CONFIG), locked before the connection is returned."""
     import duckdb
 
     deadline = time.monotonic() + lock_timeout_s
+    config = _READER_CONFIG if locked else {}
     while True:
         try:
-            connection = duckdb.connect(str(db_path), read_only=read_only)
+            connection = duckdb.connect(str(db_path), read_only=read_only, config=config)
             break
         except duckdb.IOException as error:
             if not _is_lock_error(error):
@@ -71,6 +89,8 @@ def _open(
         except duckdb.Error as error:
             raise StoreError(f"{db_path}: cannot open the store ({_one_line(error)})") from None
     connection.execute("SET TimeZone = 'UTC'")  # timestamps read the same on every machine
+    if locked:
+        connection.execute("SET lock_configuration = true")
     return connection
 
 
@@ -104,11 +124,14 @@ def _locked_message(
 def connect_read_only(
     db_path: str | Path = DEFAULT_DB, *, lock_timeout_s: float = 10.0
 ) -> duckdb.DuckDBPyConnection:
-    """A read-only connection; other readers may be open at the same time, a writer may not."""
+    """A read-only connection that reads the store and nothing else (_READER_CONFIG); other
+    readers may be open at the same time, a writer may not."""
     db_path = Path(db_path)
     if not db_path.is_file():
         raise StoreError(f"no store at {db_path}; run the workflow or `rooflab store rebuild`")
-    return _open(db_path, read_only=True, lock_timeout_s=lock_timeout_s, action="the query")
+    return _open(
+        db_path, read_only=True, lock_timeout_s=lock_timeout_s, action="the query", locked=True
+    )
 
 
 def _one_line(error: Exception) -> str:
@@ -124,7 +147,10 @@ def query(
     as_pandas: bool = False,
     lock_timeout_s: float = 10.0,
 ) -> pa.Table | pd.DataFrame:
-    """Run `sql` on a read-only connection; the result as a pyarrow Table (or pandas DataFrame)."""
+    """Run `sql` on a read-only connection; the result as a pyarrow Table (or pandas DataFrame).
+
+    The store only: SQL that would read or write another file, change the store or change a
+    setting raises QueryRefused, and nothing of it happens."""
     import duckdb
     import pyarrow as pa
 
@@ -133,10 +159,40 @@ def query(
         relation = connection.sql(sql)
         result = relation.to_arrow_table() if relation is not None else pa.table({})
     except duckdb.Error as error:
+        refused = _refusal(error)
+        if refused:
+            raise QueryRefused(f"query refused: {refused}") from None
         raise QueryError(f"query failed: {_one_line(error)}") from None
     finally:
         connection.close()
     return result.to_pandas() if as_pandas else result
+
+
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def _refusal(error: Exception) -> str | None:
+    """Why the reader's settings refused a statement, in a few words; None for other errors."""
+    import duckdb
+
+    message = _one_line(error)
+    quoted = _QUOTED.search(message)
+    name = quoted.group(1) if quoted else "?"
+    reads_only = "`rooflab query` reads the store and nothing else"
+    if isinstance(error, duckdb.PermissionException):
+        if "extension" in message.lower():
+            return f"it installs or loads an extension; {reads_only}"
+        return f"it reads or writes outside the store (file {name}); {reads_only}"
+    if "the file belongs to an attached database" in message:
+        return f"it writes to the store's own file ({name}); {reads_only}"
+    if "configuration has been locked" in message:
+        return f"it changes the setting {name}; a query's settings are fixed"
+    if "attached in read-only mode" in message:
+        return (
+            f"it would change the store ({name}), which is read-only here; only `rooflab store "
+            "ingest` and `rooflab store rebuild` write it"
+        )
+    return None
 
 
 # -- writing --------------------------------------------------------------------------------------

@@ -4,17 +4,21 @@
 non-hidden folders under the results folder that hold `runs.parquet`; each is inserted in one
 transaction (all of its tables or none), and a run already in `runs` is skipped, so ingesting twice
 adds nothing and a killed ingest leaves no partial run. Every file of a run is read and checked in
-full before anything of it is written. A bad file stops the ingest: the error names the file, the
-runs before it stay (each complete), that run and the ones after it are not written.
+full before anything of it is written. A run with a bad file (truncated, corrupt, of another run,
+or not fitting the store's tables) is set aside: nothing of it is stored, its files stay as they
+are, and the report names it with the file and the reason (IngestReport.bad_runs); every other run
+is stored. A failure of the store itself (disk full, out of memory) stops the ingest.
 
 The derived tables the roofline step writes (`roofline/<table>.parquet`, records.DERIVED_TABLES)
 replace, in one transaction, the store's derived rows of the runs that step read (its
-`roofline_inputs`); rows of runs it did not read stay.
+`roofline_inputs`); rows of runs it did not read stay. A bad derived file is reported
+(IngestReport.bad_derived) and none of them replaces anything: the store keeps the earlier ones.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +55,59 @@ class IngestReport:
     roofline_run_ids: list[str] = field(default_factory=list)  # derived rows replaced for these
     roofline_rows_removed: int = 0
     roofline_rows_inserted: int = 0
+    # Set aside, not stored: (run_id, reason naming the file); the run folders are left as they are.
+    bad_runs: list[tuple[str, str]] = field(default_factory=list)
+    # (file, reason): a bad derived file; the store's derived rows were not replaced.
+    bad_derived: list[tuple[str, str]] = field(default_factory=list)
+    # Temporary files of a rebuild that was killed (its process is gone), removed by rebuild.
+    stale_removed: list[Path] = field(default_factory=list)
+
+    def set_aside_lines(self) -> list[str]:
+        """One line per run or derived file set aside, naming it, the file and the reason."""
+        lines = [
+            f"run {run_id} set aside, not stored: {reason}" for run_id, reason in self.bad_runs
+        ]
+        lines += [
+            f"derived tables not replaced (the store keeps the earlier ones): {reason}"
+            for _, reason in self.bad_derived
+        ]
+        return lines
+
+
+class RunsSetAside(StoreError):
+    """Ingest or rebuild stored every good run but set some aside (or a derived file); `report`
+    says which and why."""
+
+    def __init__(self, report: IngestReport):
+        self.report = report
+        what = [f"{len(report.bad_runs)} run(s) set aside, not stored"] if report.bad_runs else []
+        what += ["the derived tables not replaced"] if report.bad_derived else []
+        reasons = "; ".join(reason for _, reason in report.bad_runs + report.bad_derived)
+        super().__init__(
+            f"{' and '.join(what)}: {reasons} (every other run is stored: "
+            f"{len(report.added_run_ids)} added); fix or remove the bad files, then ingest again"
+        )
+
+
+class _BadFile(StoreError):
+    """Rows of a file that the store cannot take (not a failure of the store); names `path`."""
+
+    def __init__(self, message: str, path: Path | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+# DuckDB errors of the store itself, not of the rows being stored: they stop an ingest.
+def _store_failure(error: Exception) -> bool:
+    import duckdb
+
+    failures = (
+        duckdb.IOException,
+        duckdb.OutOfMemoryException,
+        duckdb.FatalException,
+        duckdb.InternalException,
+    )
+    return isinstance(error, failures)
 
 
 def _quote(identifier: str) -> str:
@@ -147,7 +204,8 @@ class _Writer:
                     added_columns.extend(self._fit_columns(name, table))
                     self._insert(name, table)
                 except duckdb.Error as error:
-                    raise StoreError(
+                    kind = StoreError if _store_failure(error) else _BadFile
+                    raise kind(
                         f"{folder.path / (name + '.parquet')}: cannot store it in table {name} "
                         f"({_one_line(error)})"
                     ) from None
@@ -160,7 +218,8 @@ class _Writer:
 
     def replace_derived(self, folder: Path, report: IngestReport) -> None:
         """In one transaction, per derived table (records.DERIVED_TABLES): delete the store's rows
-        of the runs the roofline step read, then insert its file's rows."""
+        of the runs the roofline step read, then insert its file's rows. A bad file is reported
+        (report.bad_derived) and nothing is replaced: the files are one step's, kept together."""
         import duckdb
 
         tables = {}
@@ -171,9 +230,12 @@ class _Writer:
             try:
                 tables[name] = (path, conform_types(path, name, read_table_file(path)))
             except RunFolderError as error:
-                raise StoreError(str(error)) from None
+                report.bad_derived.append((str(path), str(error)))
+                continue
             if tables[name][1].column("run_id").null_count:
-                raise StoreError(f"{path}: rows without a run_id")
+                report.bad_derived.append((str(path), f"{path}: rows without a run_id"))
+        if report.bad_derived:
+            return
         # The runs read (roofline_inputs; an older roofline step wrote only points): their derived
         # rows are replaced whole; rows of other runs stay.
         run_ids = sorted(set().union(*(run_ids_of(table) for _, table in tables.values())))
@@ -188,11 +250,16 @@ class _Writer:
                     ).fetchone()
                     self._insert(name, table)
                 except duckdb.Error as error:
-                    raise StoreError(
-                        f"{path}: cannot store it in table {name} ({_one_line(error)})"
-                    ) from None
+                    message = f"{path}: cannot store it in table {name} ({_one_line(error)})"
+                    if _store_failure(error):
+                        raise StoreError(message) from None
+                    raise _BadFile(message, path) from None
 
-        self.transaction(work)
+        try:
+            self.transaction(work)
+        except _BadFile as error:
+            report.bad_derived.append((str(error.path), str(error)))
+            return
         report.roofline_run_ids = run_ids
         report.roofline_rows_removed = removed.get("roofline_points", 0)
         if "roofline_points" in tables:
@@ -205,6 +272,7 @@ def _ingest_with(
     report: IngestReport,
     on_run_added: Callable[[str], None] | None,
 ) -> None:
+    """Store each run the store lacks, setting aside (report.bad_runs) those with a bad file."""
     present = writer.run_ids()
     for folder in find_run_folders(results_dir):
         if folder.run_id in present:
@@ -213,12 +281,15 @@ def _ingest_with(
         try:
             tables = read_run_folder(folder, reserved=VIEWS_SQL)
             if tables["runs"].column("run_id")[0].as_py() != folder.run_id:
-                raise StoreError(
+                raise _BadFile(
                     f"{folder.path / 'runs.parquet'}: run_id "
                     f"{tables['runs'].column('run_id')[0].as_py()} differs from its folder name"
                 )
             writer.insert_run(folder, tables, report)
-        except (StoreError, RunFolderError) as error:
+        except (_BadFile, RunFolderError) as error:
+            report.bad_runs.append((folder.run_id, str(error)))
+            continue
+        except StoreError as error:
             raise StoreError(
                 f"{error}; ingest stopped: run {folder.run_id} and the runs after it were not "
                 f"stored ({len(report.added_run_ids)} added before it)"
@@ -242,12 +313,15 @@ def ingest(
     *,
     lock_timeout_s: float = 10.0,
     on_run_added: Callable[[str], None] | None = None,
+    strict: bool = True,
 ) -> IngestReport:
     """Add the runs under `results_dir` that the store lacks, then the roofline points.
 
-    Idempotent; one transaction per run. Stops at the first bad file (StoreError naming it); the
-    runs added before it stay. Waits up to `lock_timeout_s` for another process that holds the
-    file, then raises StoreLocked. `on_run_added(run_id)` is called after each run is committed.
+    Idempotent; one transaction per run. A run with a bad file is set aside (report.bad_runs,
+    naming the file and the reason) and every other run is stored; then, if `strict`, RunsSetAside
+    (carrying the report) is raised, so that a caller that ignores the report still fails. Waits up
+    to `lock_timeout_s` for another process that holds the file, then raises StoreLocked.
+    `on_run_added(run_id)` is called after each run is committed.
     """
     db_path, results_dir = Path(db_path), _results_folder(results_dir)
     db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -257,6 +331,12 @@ def ingest(
         _ingest_with(_Writer(connection), results_dir, report, on_run_added)
     finally:
         connection.close()
+    return _checked(report, strict)
+
+
+def _checked(report: IngestReport, strict: bool) -> IngestReport:
+    if strict and (report.bad_runs or report.bad_derived):
+        raise RunsSetAside(report)
     return report
 
 
@@ -265,11 +345,15 @@ def rebuild(
     results_dir: str | Path = DEFAULT_RESULTS,
     *,
     lock_timeout_s: float = 10.0,
+    strict: bool = True,
 ) -> IngestReport:
     """Recreate the store from the kept files; on any failure the old store stays as it was.
 
     The new store is written to a hidden file next to the old one and renamed over it. The old
-    file is held open meanwhile so that no ingest writes to it and gets lost.
+    file is held open meanwhile so that no ingest writes to it and gets lost. Runs with a bad file
+    are set aside as by `ingest` (not in the new store; RunsSetAside after the rename if `strict`).
+    Temporary files of an earlier rebuild whose process is gone are removed first
+    (report.stale_removed).
     """
     db_path, results_dir = Path(db_path), _results_folder(results_dir)
     db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,10 +366,11 @@ def rebuild(
             raise
         except StoreError:
             old = None  # an unreadable store is what rebuild is for
+    report = IngestReport(db_path)
     try:
+        report.stale_removed = _remove_stale_rebuilds(db_path)
         for path in _with_wal(new_path):
             path.unlink(missing_ok=True)
-        report = IngestReport(db_path)
         connection = _open(new_path, read_only=False, lock_timeout_s=0, action="rebuild")
         try:
             _ingest_with(_Writer(connection), results_dir, report, None)
@@ -305,7 +390,34 @@ def rebuild(
     finally:
         if old is not None:
             old.close()
-    return report
+    return _checked(report, strict)
+
+
+def _remove_stale_rebuilds(db_path: Path) -> list[Path]:
+    """Remove `.<name>.rebuild-<pid>` and its WAL where no process <pid> is alive (a killed
+    rebuild); the paths removed."""
+    pattern = re.compile(re.escape(f".{db_path.name}.rebuild-") + r"(\d+)(\.wal)?")
+    removed = []
+    for path in sorted(db_path.parent.iterdir()):
+        match = pattern.fullmatch(path.name)
+        if match and path.is_file() and not _alive(int(match.group(1))):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # this rebuild's own file: removed by the rebuild itself
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    except (OverflowError, OSError):
+        return False
+    return True
 
 
 def _wal(db_path: Path) -> Path:

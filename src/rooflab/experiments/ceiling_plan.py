@@ -1,0 +1,150 @@
+"""What a ceilings run will measure, worked out before it measures anything: its settings (from
+the config's `ceilings` section), the working sets of its sweep, each level's plateau, and the
+refusals: a kernel, dtype or size this backend cannot measure, or a working set or library GEMM
+larger than the memory available to it (checked before anything is allocated)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rooflab.backends.base import Backend, BackendError
+from rooflab.conditions.disturbance import DisturbanceSettings
+from rooflab.config import ConfigError
+from rooflab.experiments.timing import TimingSettings
+from rooflab.model import tensor_bytes
+from rooflab.units import UnitError, format_quantity, parse_bytes
+
+# Headroom left for the interpreter, BLAS workspace and the rest of the machine (as for GEMMs).
+MEMORY_HEADROOM = 0.8
+
+# A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
+# at DRAM_ABOVE x the total cache capacity.
+PLATEAU_ABOVE, PLATEAU_BELOW, DRAM_ABOVE = 2.0, 0.5, 4.0
+# A backend's local cache (a GPU's L1) is swept per SM from LOCAL_MIN_BYTES to LOCAL_ABOVE x its
+# capacity, so the sweep shows the plateau and the fall into the next level.
+LOCAL_MIN_BYTES, LOCAL_ABOVE = 4 * 1024, 4
+
+
+@dataclass(frozen=True)
+class CeilingSettings:
+    min_working_set_bytes: int = 16 * 1024
+    max_working_set_bytes: int | None = None  # None: 8x the total cache capacity
+    points_per_octave: int = 4
+    kernels: tuple[str, ...] = ("read", "copy", "triad")
+    threads: int | None = None  # None: all usable cores
+    window_s: float = 0.05
+    windows: int = 5
+    fma_dtypes: tuple[str, ...] = ("fp64", "fp32")
+    blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
+    blas_n: int = 2048
+    blas_timing: TimingSettings = field(
+        default_factory=lambda: TimingSettings(
+            warmup_s=0.3, min_time_s=1.0, min_samples=5, cooldown_s=1.0
+        )
+    )
+    max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
+    disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
+
+
+QUICK = CeilingSettings(
+    points_per_octave=2,
+    kernels=("triad",),
+    window_s=0.02,
+    windows=3,
+    blas_n=1024,
+    blas_timing=TimingSettings(warmup_s=0.1, min_time_s=0.3, min_samples=5),
+)
+
+
+def settings_from_config(
+    ceilings: dict, where: str = "ceilings", disturbance: dict | None = None
+) -> CeilingSettings:
+    """CeilingSettings from a validated config's `ceilings` section (sizes parsed with units)."""
+    sizes = {}
+    for key in ("min_working_set", "max_working_set"):
+        text = ceilings[key]
+        if key == "max_working_set" and text == "auto":
+            sizes[key] = None
+            continue
+        try:
+            sizes[key] = int(parse_bytes(text, positive=True))
+        except UnitError as error:
+            raise ConfigError(f"{where}.{key}: {error}") from None
+    return CeilingSettings(
+        min_working_set_bytes=sizes["min_working_set"],
+        max_working_set_bytes=sizes["max_working_set"],
+        points_per_octave=ceilings["points_per_octave"],
+        kernels=tuple(ceilings["kernels"]),
+        threads=ceilings["threads"],
+        window_s=ceilings["window_s"],
+        windows=ceilings["windows"],
+        fma_dtypes=tuple(ceilings["fma_dtypes"]),
+        blas_dtypes=tuple(ceilings["blas_dtypes"]),
+        blas_n=ceilings["blas_n"],
+        disturbance=DisturbanceSettings.from_config(disturbance or {}),
+    )
+
+
+def working_set_sizes(low: int, high: int, points_per_octave: int) -> list[int]:
+    """Geometric from `low` to `high` inclusive, rounded to 1 KiB."""
+    octaves = math.log2(high / low)
+    count = max(1, math.ceil(octaves * points_per_octave))
+    sizes = {round(low * 2 ** (i * octaves / count) / 1024) * 1024 for i in range(count + 1)}
+    return sorted(sizes)
+
+
+def plateaus(
+    cache_bytes_by_level: dict[str, int], high: int, memory_level: str = "DRAM"
+) -> dict[str, tuple[int, int]]:
+    """Working-set range of each level's plateau, levels in order of size, then the memory."""
+    windows, below = {}, 0
+    for level, size in sorted(cache_bytes_by_level.items(), key=lambda item: item[1]):
+        windows[level] = (int(PLATEAU_ABOVE * below), int(PLATEAU_BELOW * size))
+        below = size
+    windows[memory_level] = (int(DRAM_ABOVE * sum(cache_bytes_by_level.values())), high)
+    return windows
+
+
+def check_supported(backend: Backend, settings: CeilingSettings) -> None:
+    """Refuse, before measuring anything, what this backend cannot measure."""
+    for what, asked, known in (
+        ("stream kernel", settings.kernels, backend.stream_kernels),
+        ("FMA dtype", settings.fma_dtypes, backend.fma_dtypes),
+        ("library GEMM dtype", settings.blas_dtypes, backend.gemm_dtypes),
+    ):
+        missing = [item for item in asked if item not in known]
+        if missing:
+            raise BackendError(
+                f"backend {backend.name} has no {what} {', '.join(map(repr, missing))}; "
+                f"supported: {', '.join(known)}"
+            )
+
+
+class CeilingsTooLarge(BackendError):
+    """A working set or library GEMM of the ceilings that would not fit in memory."""
+
+
+def largest_working_set(backend: Backend, settings: CeilingSettings) -> int:
+    """The top of the bandwidth sweep: the configured size, or 8x the total cache capacity."""
+    return settings.max_working_set_bytes or 8 * sum(backend.cache_bytes_by_level().values())
+
+
+def check_memory(backend: Backend, settings: CeilingSettings, where: str = "ceilings") -> None:
+    """Refuse, before allocating anything, a sweep or library GEMM the memory cannot hold; the
+    error names the config key to lower."""
+    available = int(backend.memory_available_bytes() * MEMORY_HEADROOM)
+    what = f"{format_quantity(available, 'bytes')} available to it ({backend.name})"
+    high = largest_working_set(backend, settings)
+    if high > available:
+        raise CeilingsTooLarge(
+            f"{where}.max_working_set: the sweep's largest working set, "
+            f"{format_quantity(high, 'bytes')}, does not fit in the {what}"
+        )
+    for dtype in settings.blas_dtypes:
+        needed = 3 * tensor_bytes(dtype, settings.blas_n**2)  # X, W and Y of an n x n x n GEMM
+        if needed > available:
+            raise CeilingsTooLarge(
+                f"{where}.blas_n: {settings.blas_n} needs {format_quantity(needed, 'bytes')} for "
+                f"the {dtype} library GEMM's three n x n matrices, more than the {what}"
+            )

@@ -1,0 +1,153 @@
+"""One measurement at a time per machine, whoever started it.
+
+Every measuring process (ceilings, a sweep's check and timing, a counters run; the Snakemake
+jobs and `rooflab measure` alike) holds an exclusive lock on one file of the host while it
+measures: `rooflab-locks/machine.lock` in the temporary directory (node-local on a cluster, shared
+by every user of the host), or in $ROOFLAB_LOCK_DIR. The host's lock covers its GPUs too: a GPU
+measurement also runs host threads that a CPU measurement would disturb, and the reverse.
+
+The lock is the kernel's (flock): it goes with the process, so a measurement killed with SIGKILL
+frees it at once, and an orphaned job (its Snakemake parent killed) keeps it until it ends, so a
+rerun waits for it rather than measuring beside it. A waiting process says what it waits for
+(the holder's pid, what it measures, since when). Children of the holder (a profiler's child)
+measure under the parent's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+LOCK_DIR_ENV = "ROOFLAB_LOCK_DIR"
+HELD_ENV = "ROOFLAB_MEASURING_LOCK_PID"  # set for the holder's children: they are under its lock
+LOCK_NAME = "machine.lock"
+
+
+class MachineBusy(RuntimeError):
+    """Another process kept the machine past the time this one would wait."""
+
+
+def lock_path() -> Path:
+    return Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "rooflab-locks") / (
+        LOCK_NAME
+    )
+
+
+def _open_lock(path: Path) -> int:
+    created = not path.parent.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if created:
+        with contextlib.suppress(OSError):  # every user of the host shares the folder
+            path.parent.chmod(0o1777)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o666)
+    return fd
+
+
+def holder(path: Path | None = None) -> dict | None:
+    """Who holds the lock, as the holder wrote it (pid, what, since, user), if anyone says."""
+    try:
+        text = (path or lock_path()).read_text(encoding="utf-8")
+        return json.loads(text) if text.strip() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _describe(found: dict | None) -> str:
+    if not found:
+        return "another process"
+    return (
+        f"pid {found.get('pid')} ({found.get('what')}, since {found.get('since')}, "
+        f"user {found.get('user')})"
+    )
+
+
+def _held_by_an_ancestor() -> bool:
+    pid = os.environ.get(HELD_ENV)
+    return bool(pid) and str((holder() or {}).get("pid")) == pid and _alive(int(pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_held_here = 0  # nesting depth of this process's own hold
+
+
+@contextlib.contextmanager
+def measuring(what: str, *, timeout_s: float | None = None, poll_s: float = 0.5) -> Iterator[float]:
+    """Hold the machine while measuring `what`; yields the seconds waited for it. Waits as long as
+    another process measures (at most `timeout_s`, then MachineBusy), saying so on stderr."""
+    global _held_here
+    if _held_here or _held_by_an_ancestor():
+        _held_here += 1
+        try:
+            yield 0.0
+        finally:
+            _held_here -= 1
+        return
+    path = lock_path()
+    fd = _open_lock(path)
+    started = time.monotonic()
+    try:
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - started
+                if not said:
+                    print(
+                        f"rooflab: {what}: waiting for the machine: {_describe(holder(path))} "
+                        f"is measuring on it (one measurement at a time; lock {path})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
+                if timeout_s is not None and waited >= timeout_s:
+                    raise MachineBusy(
+                        f"{what}: the machine was still busy after {waited:.0f} s: "
+                        f"{_describe(holder(path))} is measuring on it (lock {path})"
+                    ) from None
+                time.sleep(poll_s)
+        waited = time.monotonic() - started
+        if said:
+            print(f"rooflab: {what}: the machine is free after {waited:.1f} s", file=sys.stderr)
+        record = {
+            "pid": os.getpid(),
+            "what": what,
+            "since": datetime.now(UTC).isoformat(timespec="seconds"),
+            "user": os.environ.get("USER") or str(os.getuid()),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        previous = os.environ.get(HELD_ENV)
+        os.environ[HELD_ENV] = str(os.getpid())
+        _held_here = 1
+        try:
+            yield waited
+        finally:
+            _held_here = 0
+            if previous is None:
+                os.environ.pop(HELD_ENV, None)
+            else:
+                os.environ[HELD_ENV] = previous
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock

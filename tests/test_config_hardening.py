@@ -1,0 +1,185 @@
+"""Config values the schema's types allow but the campaign cannot use: refused when the config is
+loaded, with one line naming the key, by `validate_config` and by `rooflab measure ... --config`."""
+
+import pytest
+import yaml
+
+from rooflab.backends.cublas_args import library_paths
+from rooflab.config import (
+    COMPUTE_PATHS,
+    MEMORY_LEVEL_NAMES,
+    ConfigError,
+    load_config,
+    usable_cpus,
+    validate_config,
+)
+from rooflab.counters.points import LEVEL_ORDER
+from rooflab.report.roofline_chart import BANDWIDTH_LEVELS, FMA_PATHS, LIBRARY_PATHS
+from rooflab.vocabulary import COMPUTE_PATH, MEMORY_LEVELS
+from tests.conftest import run_rooflab
+
+CPUS = usable_cpus()
+
+
+def scenario(*stages: dict, **keys) -> dict:
+    return {"stages": {"x": {**keys, "stages": list(stages)}}}
+
+
+def stage(name: str, *after: str, flops: object = 1) -> dict:
+    return {"name": name, "flops": flops, "bytes": 1, "after": list(after)}
+
+
+# config -> the one line after "<file>: "
+REFUSED = {
+    "warmup inf": (
+        {"timing": {"warmup_s": float("inf")}},
+        "timing.warmup_s: must be a finite number of seconds, got inf",
+    ),
+    "min time nan": (
+        {"timing": {"min_time_s": float("nan")}},
+        "timing.min_time_s: must be a finite number of seconds, got nan",
+    ),
+    "factor -inf": (
+        {"disturbance": {"retake_factor": float("-inf")}},
+        "disturbance.retake_factor: must be a finite number, got -inf",
+    ),
+    "stage flops inf": (
+        scenario(stage("A", flops=float("inf"))),
+        "stages.x.stages[0].flops: must be a finite number, got inf",
+    ),
+    "warmup an hour": (
+        {"timing": {"warmup_s": 7200}},
+        "timing.warmup_s: 7200 is greater than the maximum of 3600",
+    ),
+    "samples crossed": (
+        {"timing": {"min_samples": 50, "max_samples": 20}},
+        "timing.min_samples: must be at most timing.max_samples (20), got 50",
+    ),
+    "working sets crossed": (
+        {"ceilings": {"min_working_set": "1 GiB", "max_working_set": "1 MiB"}},
+        "ceilings.min_working_set: must be at most ceilings.max_working_set (1 MiB), got 1 GiB",
+    ),
+    "working set unit": (
+        {"ceilings": {"min_working_set": "16 KB"}},
+        "ceilings.min_working_set: '16 KB': unknown unit 'KB' (K is not a prefix here; write kB "
+        "(1e3 B) or KiB (2**10 B)); expected B, kB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, "
+        "TiB (powers of 2)",
+    ),
+    "working set auto min": (
+        {"ceilings": {"min_working_set": "auto"}},
+        "ceilings.min_working_set: 'auto' is not a number with a unit; expected B, kB, MB, GB, TB "
+        "(powers of 10) or KiB, MiB, GiB, TiB (powers of 2)",
+    ),
+    "threads beyond cpus": (
+        {"backend": "cpu", "ceilings": {"threads": CPUS + 1}},
+        f"ceilings.threads: at most the {CPUS} CPUs this process may use (backend cpu), "
+        f"got {CPUS + 1}",
+    ),
+    "threads beyond cpus, auto": (
+        {"ceilings": {"threads": 1000 + CPUS}},
+        f"ceilings.threads: at most the {CPUS} CPUs this process may use (backend auto), "
+        f"got {1000 + CPUS}",
+    ),
+    "threads beyond any machine": (
+        {"backend": "cuda", "ceilings": {"threads": 2**24}},
+        "ceilings.threads: 16777216 is greater than the maximum of 1048576",
+    ),
+    "stage cycle": (
+        scenario(stage("A", "C"), stage("B", "A"), stage("C", "B")),
+        "stages.x.stages: stages form a cycle: A -> C -> B -> A",
+    ),
+    "stage twice": (
+        scenario(stage("A"), stage("A")),
+        "stages.x.stages: stage 'A' is defined twice",
+    ),
+    "stage after unknown": (
+        scenario(stage("A", "Z")),
+        "stages.x.stages: stage 'A' runs after unknown stage 'Z'",
+    ),
+    "unknown compute path": (
+        scenario(stage("A"), compute_path="fp32_fmaa"),
+        "stages.x.compute_path: unknown compute path 'fp32_fmaa'; known: "
+        + ", ".join(COMPUTE_PATHS),
+    ),
+    "unknown memory level": (
+        scenario(stage("A"), memory_level="VRAM"),
+        "stages.x.memory_level: unknown memory level 'VRAM'; known: L1, L2, L3, DRAM, HBM",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_validate_config_refuses_with_one_line_naming_the_key(case):
+    config, says = REFUSED[case]
+    with pytest.raises(ConfigError) as caught:
+        validate_config(config, "config.yaml")
+    assert str(caught.value) == f"config.yaml: {says}"
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_rooflab_measure_refuses_before_measuring(case, tmp_path):
+    config, says = REFUSED[case]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))  # .inf and .nan written as YAML writes them
+    out = tmp_path / "out"
+    result = run_rooflab("measure", "gemm", "--sweep", "s", "--config", path, "--out", out)
+    assert result.returncode != 0
+    assert result.stderr.splitlines() == [f"rooflab: error: {path}: {says}"]
+    assert not out.exists()
+
+
+def test_the_limits_let_sensible_values_through():
+    config = validate_config(
+        {
+            "backend": "cpu",
+            "timing": {"warmup_s": 3600, "min_samples": 20, "max_samples": 20},
+            "ceilings": {"threads": CPUS, "min_working_set": "1 MiB", "max_working_set": "1 MiB"},
+            **scenario(stage("A"), stage("B", "A"), compute_path="bf16_tensor", memory_level="L2"),
+        }
+    )
+    assert config["ceilings"]["threads"] == CPUS
+
+
+def test_gpu_threads_and_cluster_nodes_are_not_held_to_these_cpus():
+    # On the CUDA backend threads are GPU threads; on a cluster the jobs run on other nodes.
+    validate_config({"backend": "cuda", "ceilings": {"threads": 4096 * CPUS}})
+    validate_config(
+        {
+            "backend": "cpu",
+            "machines": {"big": {"slurm_extra": "--constraint=big"}},
+            "ceilings": {"threads": 4096 * CPUS},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"backend: cpu\ntiming: \xff\xfe\n", "not UTF-8 text (byte 0xff at offset 21)"),
+        (b"\x89PNG\r\n\x1a\n", "not UTF-8 text (byte 0x89 at offset 0)"),
+        (b"backend: \x00cpu\n", "not text (character #x0000 at position 9)"),
+    ],
+)
+def test_a_binary_config_names_the_file(data, says, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: {says}"
+    result = run_rooflab("measure", "ceilings", "--config", path, "--out", tmp_path / "out")
+    assert result.returncode != 0
+    assert result.stderr.splitlines() == [f"rooflab: error: {path}: {says}"]
+
+
+def test_the_known_ceiling_names_are_every_name_the_code_measures():
+    gpu_paths = {p for cc in (70, 80, 90) for p in library_paths(cc).values()}
+    gemm_paths = {p for paths in COMPUTE_PATH.values() for p in paths.values()}
+    assert {*FMA_PATHS, *LIBRARY_PATHS, *gpu_paths, *gemm_paths} == set(COMPUTE_PATHS)
+    assert {*BANDWIDTH_LEVELS, *LEVEL_ORDER, *MEMORY_LEVELS} == set(MEMORY_LEVEL_NAMES)
+
+
+def test_the_schema_lists_the_known_ceiling_names():
+    from rooflab.config import config_file
+
+    text = config_file("schema.yaml").read_text(encoding="utf-8")
+    assert all(name in text for name in (*COMPUTE_PATHS, *MEMORY_LEVEL_NAMES))

@@ -1,0 +1,131 @@
+"""One measurement at a time per machine (experiments.machine_lock), between real processes: a
+second measuring process waits and says for whom, a SIGKILLed holder frees the machine at once,
+an orphan keeps it until it ends, and a holder's children measure under its lock."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rooflab.experiments.machine_lock import (
+    HELD_ENV,
+    LOCK_DIR_ENV,
+    MachineBusy,
+    holder,
+    lock_path,
+    measuring,
+)
+
+HOLD = textwrap.dedent(
+    """
+    import sys, time
+    from rooflab.experiments.machine_lock import measuring
+    with measuring(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+@pytest.fixture
+def lock_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(HELD_ENV, raising=False)
+    return tmp_path
+
+
+def _holder_process(what: str, seconds: float) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD, what, str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_a_second_measurement_waits_and_says_for_whom(lock_dir, capsys):
+    other = _holder_process("ceilings", 1.5)
+    started = time.monotonic()
+    with measuring("gemm sweep tails", poll_s=0.05) as waited:
+        assert holder()["pid"] == os.getpid() and holder()["what"] == "gemm sweep tails"
+    other.wait()
+    assert waited >= 0.5 and time.monotonic() - started >= 0.5
+    said = capsys.readouterr().err
+    assert f"gemm sweep tails: waiting for the machine: pid {other.pid} (ceilings, since" in said
+    assert "the machine is free after" in said
+
+
+def test_a_busy_machine_past_the_timeout_is_one_clear_error(lock_dir):
+    other = _holder_process("ceilings", 5)
+    try:
+        busy = rf"still busy after .*pid {other.pid} \(ceilings"
+        with (
+            pytest.raises(MachineBusy, match=busy),
+            measuring("gemm sweep tails", timeout_s=0.2, poll_s=0.05),
+        ):
+            pass
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_killed_holder_frees_the_machine_at_once(lock_dir):
+    other = _holder_process("ceilings", 60)
+    os.kill(other.pid, signal.SIGKILL)
+    other.wait()
+    with measuring("gemm sweep tails", timeout_s=1.0) as waited:
+        assert waited < 1.0
+
+
+def test_nested_measurements_and_a_holders_children_do_not_wait_for_themselves(lock_dir):
+    with measuring("ceilings", timeout_s=1.0):
+        with measuring("library GEMM", timeout_s=1.0) as waited:
+            assert waited == 0.0
+        child = subprocess.run(
+            [sys.executable, "-c", HOLD, "profiled child", "0"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert child.returncode == 0 and child.stdout.strip() == "held"
+    assert holder() is None  # released: nothing names a holder
+    assert lock_path().parent == lock_dir
+
+
+@pytest.mark.slow
+def test_two_measuring_commands_started_together_measure_one_after_the_other(lock_dir, tmp_path):
+    """The tester's case: two campaigns (or a rerun beside an orphaned job) at the same time. The
+    second waits, says for whom, and the two runs' measuring intervals do not overlap."""
+    import pyarrow.parquet as pq
+
+    from tests.conftest import installed_script
+
+    env = {**os.environ, LOCK_DIR_ENV: str(lock_dir)}
+    command = [installed_script("rooflab"), "measure", "ceilings", "--backend", "cpu", "--quick"]
+    first, second = (
+        subprocess.Popen(
+            [*command, "--out", tmp_path / name],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("first", "second")
+    )
+    errors = [process.communicate(timeout=300)[1] for process in (first, second)]
+    assert first.returncode == second.returncode == 0, errors
+    assert sum("waiting for the machine: pid" in text for text in errors) == 1
+    spans = sorted(
+        pq.read_table(run / "runs.parquet").to_pylist()[0]["started_at"]
+        for name in ("first", "second")
+        for run in (tmp_path / name).iterdir()
+    )
+    ends = sorted(
+        pq.read_table(run / "runs.parquet").to_pylist()[0]["ended_at"]
+        for name in ("first", "second")
+        for run in (tmp_path / name).iterdir()
+    )
+    assert ends[0] <= spans[1]  # the later run started measuring after the earlier one ended
