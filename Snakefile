@@ -1,6 +1,11 @@
 # rooflab campaign: load and validate the config, include the stage rules, define the default target.
 from rooflab.config import campaign_config, validate_config
 from rooflab.experiments.preflight import check_campaign
+from rooflab.workflow import (
+    progress_on_terminal,
+    say_campaign_done,
+    say_campaign_failed,
+)
 
 DEFAULT_CONFIG = "config/config.yaml"
 
@@ -14,6 +19,9 @@ campaign_config(config, workflow.configfiles, DEFAULT_CONFIG)
 validate_config(config, " + ".join(map(str, workflow.configfiles)) or "config")
 # What this host cannot hold is refused now, before any job measures (docs/workflow.md).
 check_campaign(config, " + ".join(map(str, workflow.configfiles)) or "config")
+# Measuring jobs show what they measure, n of N and an ETA on the terminal, when Snakemake's output
+# is one and not --quiet (their logs get it either way); docs/workflow.md.
+progress_on_terminal(workflow.output_settings.quiet)
 
 
 include: "rules/common.smk"
@@ -38,3 +46,18 @@ rule all:
     input:
         "results/store/ingest.json",
         "results/report/index.html",
+
+
+# What the terminal shows when the campaign ends: where the report and the store are, what fell
+# back, one query to try; on failure, which log to read.
+onsuccess:
+    say_campaign_done(
+        rules.report.output.index,
+        rules.ingest.output.receipt,
+        measured_receipts(),
+        workflow.output_settings.quiet,
+    )
+
+
+onerror:
+    say_campaign_failed(log)

@@ -53,6 +53,16 @@ def counters_receipts(wildcards=None):
     )
 
 
+def measured_receipts():
+    """The receipts of every measuring job of the campaign (its end-of-campaign summary)."""
+    return [
+        *ceilings_receipts(),
+        *correctness_receipts(),
+        *timing_receipts(),
+        *counters_receipts(),
+    ]
+
+
 def machine_slurm_extra(wildcards):
     """sbatch options of a measuring job (used only by the Slurm executor): the node to itself,
     so no other job shares its caches, memory bandwidth, clocks or power; then the options that

@@ -64,14 +64,35 @@ def test_model_gemm_with_device_preset_matches_explicit_figures(capsys):
     assert (
         main(["model", "gemm", "--m", "1,32,128", *ARTICLE, *HYPOTHETICAL, "--format", "json"]) == 0
     )
-    assert from_preset == json.loads(capsys.readouterr().out)
+    explicit = json.loads(capsys.readouterr().out)
+    sources = {"peak_source", "bandwidth_source"}
+    assert [{k: v for k, v in row.items() if k not in sources} for row in from_preset] == [
+        {k: v for k, v in row.items() if k not in sources} for row in explicit
+    ]
+    assert {(r["peak_source"], r["bandwidth_source"]) for r in from_preset} == {
+        ("datasheet article-hypothetical, path bf16", "datasheet article-hypothetical, level HBM")
+    }
+    assert {(r["peak_source"], r["bandwidth_source"]) for r in explicit} == {
+        ("--peak", "--bandwidth")
+    }
 
 
 def test_model_gemm_table_has_readable_units(capsys):
     assert main(["model", "gemm", "--m", "1,128", *ARTICLE, *HYPOTHETICAL]) == 0
-    out = capsys.readouterr().out
-    assert "16.785 μs" in out and "35.791 μs" in out and "120 TFLOP/s" in out
-    assert "cold-cache model" in out
+    out = capsys.readouterr().out.splitlines()
+    assert "peak 120 TFLOP/s" in out[0] and "cold-cache model" in out[0]
+    header, first, last = out[1].split("  "), out[2].split(), out[3].split()
+    header = [h.strip() for h in header if h.strip()]
+    assert header[3:9] == [
+        "flops (GFLOP)",
+        "bytes (MB)",
+        "intensity (FLOP/B)",
+        "compute_s (μs)",
+        "memory_s (μs)",
+        "bound_s (μs)",
+    ]
+    bound = header.index("bound_s (μs)")
+    assert (first[bound], last[bound]) == ("16.785", "35.791")
 
 
 def test_model_gemm_csv(capsys):
@@ -210,7 +231,14 @@ def test_a_binary_devices_file_is_one_line(tmp_path):
         (["--peak", "120 TFLOP/s"], "give --peak and --bandwidth"),
         (["--device", "h900"], "unknown device 'h900'"),
         (["--device", "a100-sxm-80gb", "--path", "fp8"], "has no path 'fp8'"),
-        (["--device", "h200-sxm", "--peak", "1 TFLOP/s"], "either --device or --peak"),
+        (["--device", "h200-sxm", "--peak", "1", "--bandwidth", "1 TB/s"], "--peak: '1' has no"),
+        (
+            ["--device", "h200-sxm", "--peak", "1 TFLOP/s", "--bandwidth", "1 TB/s"],
+            "--peak and --bandwidth both given: --device would not be used",
+        ),
+        (["--device", "h200-sxm", "--measured"], "give --device or --measured, not both"),
+        ([*HYPOTHETICAL, "--path", "bf16"], "--path and --level choose a figure of --device"),
+        (["--device", "h200-sxm", "--level", "L2"], "device h200-sxm has no level 'L2'"),
     ],
 )
 def test_bad_ceilings_get_one_line_and_status_2(args, says):

@@ -135,6 +135,88 @@ def _channel(spec: dict, name: str) -> list[dict]:
     return [layer["encoding"][name] for layer in _layers(spec) if name in layer.get("encoding", {})]
 
 
+def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
+    """Each roof label of a Roofline spec: (text, `inside((px, py))`, the chart's pixel mapping,
+    points inside its box) for its text box on the chart's pixels: `char_px` per character, 11 px
+    high, placed by its text mark's align, dx, dy and angle (Vega turns the text about its
+    anchor, then offsets it by dx and dy)."""
+    import math
+
+    layers = _layers(spec)
+    (x0, x1), (y0, y1) = (
+        next(la["encoding"][c]["scale"]["domain"] for la in layers if "scale" in la["encoding"][c])
+        for c in ("x", "y")
+    )
+    width, height = spec["width"], spec["height"]
+
+    def to_px(x, y):
+        return (
+            math.log(x / x0) / math.log(x1 / x0) * width,
+            math.log(y1 / y) / math.log(y1 / y0) * height,
+        )
+
+    boxes = []
+    for layer in layers:
+        mark = layer["mark"]
+        if mark["type"] != "text" or "stroke" in mark:  # the white halo repeats the text
+            continue
+        for row in spec["datasets"][layer["data"]["name"]]:
+            ax, ay = to_px(row["x"], row["y"])
+            theta = math.radians(mark.get("angle", 0))
+            length = len(row["ceiling"]) * char_px
+            dx, dy = mark.get("dx", 0), mark.get("dy", 0)
+            u_lo, u_hi = (dx, dx + length) if mark.get("align") == "left" else (dx - length, dx)
+
+            def inside(p, ax=ax, ay=ay, theta=theta, u=(u_lo, u_hi), dy=dy):
+                px, py = p[0] - ax, p[1] - ay
+                along = px * math.cos(theta) + py * math.sin(theta)
+                across = -px * math.sin(theta) + py * math.cos(theta)
+                return u[0] <= along <= u[1] and dy - 5.5 <= across <= dy + 5.5
+
+            samples = [
+                (
+                    ax + u * math.cos(theta) - v * math.sin(theta),
+                    ay + u * math.sin(theta) + v * math.cos(theta),
+                )
+                for u in range(int(u_lo), int(u_hi) + 1, 2)
+                for v in range(int(dy - 5), int(dy + 6), 2)
+            ]
+            boxes.append((row["ceiling"], inside, to_px, samples))
+    return boxes
+
+
+def _label_crossings(spec: dict) -> list[tuple[str, str]]:
+    """(label, roof) for every roof line, measured or datasheet, that runs through a roof
+    label's text: each roof's segment sampled every fraction of a pixel."""
+    roofs: dict[str, list] = {}
+    for rows in spec["datasets"].values():
+        for row in rows:
+            if "kind" in row and "ceiling" in row:
+                roofs.setdefault(row["ceiling"], []).append((row["x"], row["y"]))
+    crossings = []
+    for label, inside, to_px, _ in _label_boxes(spec):
+        for roof, ends in roofs.items():
+            (ax, ay), (bx, by) = (to_px(*end) for end in ends)
+            steps = 4 * int(abs(bx - ax) + abs(by - ay)) + 2
+            samples = (
+                (ax + (bx - ax) * i / steps, ay + (by - ay) * i / steps) for i in range(steps + 1)
+            )
+            if any(inside(p) for p in samples):
+                crossings.append((label, roof))
+    return crossings
+
+
+def _label_overlaps(spec: dict) -> list[tuple[str, str]]:
+    """Pairs of roof labels whose text boxes overprint: a point of one box inside the other."""
+    boxes = _label_boxes(spec)
+    return [
+        (a, b)
+        for i, (a, _, _, samples) in enumerate(boxes)
+        for b, inside, _, _ in boxes[i + 1 :]
+        if any(inside(p) for p in samples)
+    ]
+
+
 EXPECTED_CHARTS = [
     "roofline",
     "ceiling_sweep",
@@ -164,7 +246,9 @@ def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
         scales = [enc["scale"] for enc in _channel(spec, channel) if "scale" in enc]
         assert scales and all(s["type"] == "log" for s in scales), channel
     point = layers[-1]["encoding"]
-    assert point["color"]["field"] == "dtype" and point["shape"]["field"] == "cache_state"
+    # colour: the roof a point is judged against; shape: its sweep; size: M; fill: cache state
+    assert point["color"]["field"] == "roof" and point["shape"]["field"] == "sweep"
+    assert point["size"]["field"] == "m" and point["fillOpacity"]["field"] == "cache_state"
     tooltip_fields = {t["field"] for t in point["tooltip"]}
     assert {
         "config_id",
@@ -181,6 +265,10 @@ def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
         "iqr_ratio",
         "clock_min_mhz",
         "clock_max_mhz",
+        "roof",
+        "sweep",
+        "dtype",
+        "compute_path",
     } <= tooltip_fields
     rows = [row for rows in spec["datasets"].values() for row in rows if "clock_min_mhz" in row]
     assert rows and all(row["clock_min_mhz"] > 100 for row in rows)  # measured, per point
@@ -191,6 +279,33 @@ def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
     assert any(label.startswith("fp64_fma") and "GFLOP/s" in label for label in labels)
     assert any("fp32_blas" in label and "library" in label for label in labels)
     assert "strokeDash" in layers[0]["encoding"]
+
+
+@pytest.mark.slow  # the store behind it runs a real measurement
+def test_the_roofline_of_a_store_names_its_machine_and_no_roof_runs_through_a_label(built, store):
+    spec = built.specs["roofline"]
+    (run,) = query(
+        store, "SELECT run_id, host, device_name FROM runs WHERE kind = 'ceilings'"
+    ).to_pylist()
+    assert spec["title"]["text"] == f"Roofline: {run['host']} · {run['device_name']} (cpu)"
+    assert spec["title"]["subtitle"][0].startswith(f"ceilings: run {run['run_id']} (")
+    (gemm,) = query(store, "SELECT run_id FROM runs WHERE kind = 'gemm'").to_pylist()
+    assert f"newest {gemm['run_id']}, " in spec["title"]["subtitle"][1]
+    assert _label_crossings(spec) == []
+    # each point in the colour of the roof it is judged against, as the view says
+    rows = [r for rows in spec["datasets"].values() for r in rows if "achieved_flops_per_s" in r]
+    for row in rows:
+        judged = row["level"] if row["limiter"] == "memory" else row["compute_path"]
+        assert row["roof"].startswith(f"{judged} ")
+        assert row["above_roof"] == (row["achieved_flops_per_s"] > row["attainable_flops_per_s"])
+
+
+@pytest.mark.slow  # the store behind it runs a real measurement
+def test_each_sweeps_charts_are_headed_by_its_name(built):
+    page = built.index.read_text()
+    assert "<h2>Sweep tiny: time vs M</h2>" in page
+    assert "<h2>Sweep tiny: efficiency vs M</h2>" in page and "Weight reuse" not in page
+    assert built.specs["reuse_time_tiny"]["title"].startswith("Sweep tiny: ")
 
 
 def test_every_quantitative_axis_title_has_a_unit_and_every_chart_has_tooltips(built):
@@ -407,8 +522,9 @@ def test_cli_report_and_a_missing_store(store, tmp_path, capsys):
     assert err.count("\n") == 1 and "no store at" in err
 
 
-def _render_in_browser(report, tmp_path) -> None:
-    """Load the page in headless chromium (no network); every chart must render, no errors."""
+def _render_in_browser(report, tmp_path) -> str:
+    """Load the page in headless chromium (no network); every chart must render, no errors.
+    Returns the rendered DOM."""
     flags = [
         "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--no-first-run", "--disable-component-update", "--disable-sync",
@@ -442,6 +558,30 @@ def _render_in_browser(report, tmp_path) -> None:
         check=True,
     )  # fmt: skip
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return html
+
+
+def _chart_svg(dom: str, name: str) -> str:
+    """The SVG vega-embed drew for chart `name` in the rendered page."""
+    start = re.search(rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"", dom).start()
+    return re.search(r"<svg.*?</svg>", dom[start:], re.S).group(0)
+
+
+def _svg_texts(svg: str) -> list[str]:
+    """Every text drawn, each line of a text of several lines (tspans) on its own."""
+    import html
+
+    texts = []
+    for text in re.findall(r"<text[^>]*>(.*?)</text>", svg, re.S):
+        lines = re.findall(r"<tspan[^>]*>([^<]*)</tspan>", text) or [text]
+        texts += [html.unescape(line) for line in lines]
+    return texts
+
+
+def _axis_labels(svg: str, axis: str) -> list[str]:
+    """The tick labels of the axis whose aria-label starts with `axis` ("X-axis titled 'Time")."""
+    group = svg[svg.index(f'aria-label="{axis}') :]
+    return _svg_texts(re.search(r'role-axis-label"[^>]*>(.*?)</g>', group, re.S).group(1))
 
 
 NO_CHROMIUM = "chromium is not installed (apt-get install chromium)"
@@ -451,6 +591,32 @@ NO_CHROMIUM = "chromium is not installed (apt-get install chromium)"
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
     _render_in_browser(built, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_the_charts_read_at_a_glance_in_a_real_browser(built, store, tmp_path):
+    """Issue 27, as drawn: the Roofline names its machine and runs and legends its roofs; the
+    ceiling sweep's sizes are binary; the clock axis starts at zero; each sweep's charts are
+    headed by its name; the stage bounds say whether their dashed lines are two."""
+    dom = _render_in_browser(built, tmp_path)
+    (run,) = query(store, "SELECT host, device_name FROM runs WHERE kind = 'ceilings'").to_pylist()
+    roofline = _svg_texts(_chart_svg(dom, "roofline"))
+    assert f"Roofline: {run['host']} · {run['device_name']} (cpu)" in roofline
+    ceilings_run = next(t for t in roofline if t.startswith("ceilings: run "))
+    assert re.fullmatch(r"ceilings: run \S+ \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", ceilings_run)
+    assert "roof (a point's colour: the roof it is judged against)" in roofline
+    roofs = [t for t in roofline if re.match(r"(L\d|DRAM) [\d.]+ [GT]B/s \(", t)]
+    assert {t.split()[0] for t in roofs} >= {"L1", "L2", "DRAM"}  # on the chart and the legend
+    sizes = _axis_labels(_chart_svg(dom, "ceiling_sweep"), "X-axis titled 'Working set")
+    assert sizes and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB)", s) for s in sizes), sizes
+    clock = _axis_labels(_chart_svg(dom, "conditions"), "Y-axis titled 'Clock (GHz)")
+    assert clock[0] in ("0", "0.0")
+    headings = re.findall(r"<h2>(.*?)</h2>", dom)
+    assert "Sweep tiny: time vs M" in headings and "Sweep tiny: efficiency vs M" in headings
+    assert not [h for h in headings if h.startswith("Weight reuse")]
+    stages = " ".join(_svg_texts(_chart_svg(dom, "stages_two")))
+    assert ("(dashed lines)" in stages) != ("coincide" in stages)
 
 
 def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
@@ -591,7 +757,10 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     )
     # on the measured chart's axes: the datasheet HBM roof rises from the left edge to the
     # datasheet bf16 roof, which runs across the whole chart
-    hbm = [r for r in datasets if r.get("ceiling") == "HBM 4.8 TB/s (datasheet)"]
+    hbm = [r for r in datasets if r.get("ceiling") == "HBM 4.8 TB/s (datasheet)" and "kind" in r]
+    # the datasheet's bandwidth roof is labelled too, along its line
+    (label,) = [r for r in datasets if r.get("ceiling") == "HBM 4.8 TB/s (datasheet)" and "dy" in r]
+    assert label["angle"] < 0
     bf16 = [r for r in datasets if str(r.get("ceiling")).startswith("bf16 989.4") and "kind" in r]
     measured = [r["x"] for r in datasets if "kind" in r and "datasheet" not in r["ceiling"]]
     lo, hi = min(measured), max(measured)
@@ -600,7 +769,7 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     assert [r["x"] for r in bf16] == [lo, hi]
 
 
-def test_close_roofs_put_their_second_label_under_the_line_and_equal_datasheet_roofs_share_one():
+def test_close_roofs_get_their_labels_apart_and_equal_datasheet_roofs_share_one():
     import pandas as pd
 
     from rooflab.report.roofline_chart import roofline_chart
@@ -628,10 +797,16 @@ def test_close_roofs_put_their_second_label_under_the_line_and_equal_datasheet_r
         for row in rows
         if "dy" in row
     }
-    assert labels["bf16_tensor 723 TFLOP/s (library)"] == -7
-    assert labels["fp16_tensor 677 TFLOP/s (library)"] == 13
-    assert labels["fp64_tensor 56.9 TFLOP/s (library)"] == -7
-    assert labels["fp32_cublas 51.3 TFLOP/s (library)"] == 13
+    # 2 px apart, and a slanted roof through the space by each one's start: no roof runs
+    # through a label, and no label covers another
+    assert _label_crossings(spec) == []
+    assert _label_overlaps(spec) == []
+    assert {
+        "bf16_tensor 723 TFLOP/s (library)",
+        "fp16_tensor 677 TFLOP/s (library)",
+        "fp64_tensor 56.9 TFLOP/s (library)",
+        "fp32_cublas 51.3 TFLOP/s (library)",
+    } <= set(labels)
     # fp16 and bf16 share the datasheet's 989.4 TFLOP/s: one roof, one label naming both
     sheet = [c for c in labels if "datasheet NVIDIA" in c]
     assert sheet == ["bf16, fp16 989.4 TFLOP/s (datasheet NVIDIA H200 SXM 141GB)"]
@@ -837,6 +1012,7 @@ def test_change_chart_marks_moves_beyond_the_noise_band(history, store):
         config_id, _cache_state = row["label"].split(" · ")
         verdict.setdefault(config_id, set()).add(row["verdict"])
         assert abs(row["noise_hi"]) == pytest.approx(abs(row["noise_lo"]))
+        assert row["ratio"] == pytest.approx(row["latest_s"] / row["previous_s"])
     timed = [row for row in rows if "latest_s_text" in row]
     assert timed and all(
         row[f"{when}_s_text"] == format_quantity(row[f"{when}_s"], "time", 3)
@@ -865,7 +1041,11 @@ def test_failed_configuration_is_listed_under_the_roofline_and_not_drawn(history
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(history, tmp_path):
     assert history["report"].index.stat().st_size < 10_000_000
-    _render_in_browser(history["report"], tmp_path)
+    dom = _render_in_browser(history["report"], tmp_path)
+    # the change since the previous run on its log-ratio axis, 2x slower and faster at its edges
+    (name,) = [n for n in history["report"].charts if n.endswith("__change")]
+    ticks = _axis_labels(_chart_svg(dom, name), "X-axis titled 'Latest / previous median")
+    assert ticks == ["0.5×", "0.8×", "1×", "1.25×", "2×"]
 
 
 # -- hardware counters from CONSTRUCTED records (tests/constructed_counters.py) -------------------

@@ -290,8 +290,8 @@ def test_a_dash_and_an_underscore_keep_their_own_data_and_files(hostile):
     for suffix in (".png", ".svg"):
         first, second = (report.out_dir / f"{n}{suffix}" for n in (dash, underscore))
         assert first.read_bytes() != second.read_bytes()
-    assert "sweep a-b" in (report.out_dir / f"{dash}.svg").read_text()
-    assert "sweep a_b" in (report.out_dir / f"{underscore}.svg").read_text()
+    assert "Sweep a-b: " in (report.out_dir / f"{dash}.svg").read_text()
+    assert "Sweep a_b: " in (report.out_dir / f"{underscore}.svg").read_text()
     for sweep in ("a-b", "a_b"):  # each stages scenario too
         (name, _) = _charts_of(report, "stages", sweep)
         assert report.specs[name]["title"]["text"].startswith(f"{sweep} (measured ceilings")
@@ -382,8 +382,9 @@ def test_hostile_names_render_as_text_in_a_real_browser_and_run_no_script(hostil
     assert not [tag for tag, _ in parsed.tags if tag in ("img", "i")]
     assert not [attrs for _, attrs in parsed.tags if any(k.startswith("on") for k in attrs)]
     text = "".join(parsed.text)
-    for sweep in SWEEPS:
-        assert f"(sweep {sweep})" in text, sweep
+    for sweep in SWEEPS:  # each sweep's charts headed by its name
+        assert f"Sweep {sweep}: time vs M" in text, sweep
+        assert f"Sweep {sweep}: efficiency vs M" in text, sweep
     for scenario in STAGES:
         assert f"Stage bounds: {scenario}" in text, scenario
     assert f"{SECOND_MACHINE['host']} (cpu, {SECOND_MACHINE['device_name']})" in text

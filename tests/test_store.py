@@ -606,7 +606,7 @@ def test_a_locked_store_waits_then_says_what_to_do(results, db):
     assert f"{db} is locked by another process (PID {holder.pid}" in message
     assert "ingest waited 1 s" in message and "Close that session" in message
     assert f"duckdb -readonly {db}" in message and "rooflab query" in message
-    assert "\n" not in message
+    assert "rooflab sql" in message and "\n" not in message
 
 
 def test_a_read_only_session_blocks_ingest_but_not_readers(results, db):

@@ -59,11 +59,36 @@ def sql(workdir: Path, text: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory):
+def campaign_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     workdir = copy_workflow(tmp_path_factory.mktemp("campaign"), TINY)
     result = snakemake(workdir)
     assert result.returncode == 0, result.stdout + result.stderr
-    return workdir
+    return workdir, result
+
+
+@pytest.fixture(scope="module")
+def campaign(campaign_run) -> Path:
+    return campaign_run[0]
+
+
+def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_run):
+    """What the terminal shows (docs/workflow.md): the summary at the end, no `Shell command:
+    None`; the jobs' progress is in their logs (on a terminal it is on the terminal too:
+    tests/test_progress.py, with a pseudo-terminal)."""
+    workdir, result = campaign_run
+    said = result.stdout + result.stderr
+    assert "rooflab: the report is results/report/index.html" in result.stdout
+    assert "rooflab: the store is store/rooflab.duckdb (7 new run(s)" in result.stdout
+    assert 'rooflab query --db store/rooflab.duckdb "SELECT * FROM latest_ceilings"' in said
+    assert "Shell command" not in said
+    assert "\x1b[K" not in said  # not a terminal: no status line anywhere
+    ceilings = (workdir / "logs" / "ceilings" / "local.log").read_text()
+    first = r"^\[ceilings\] 1/\d+ fma fp64 round 0 \(0 s in, .+ left\)$"  # the plan's ETA
+    assert re.search(first, ceilings, re.M)
+    assert "[ceilings] done: " in ceilings
+    timing = (workdir / "logs" / "time_gemm" / "a" / "local.log").read_text()
+    assert "[gemm a] 1/4 fp64/nn/m1_n16_k16 warm (0 s in, " in timing
+    assert "[gemm a] done: 4 of 4 in " in timing
 
 
 def test_campaign_fills_the_store(campaign):

@@ -1,4 +1,6 @@
-"""What the Snakemake scripts share: logging to the rule's log, receipts, kept run folders.
+"""What the Snakemake scripts share: logging to the rule's log, receipts, kept run folders; and
+what the Snakefile asks of rooflab: whether jobs show progress on the terminal, and what a
+campaign says when it ends (where the report and the store are, what fell back).
 
 A measuring job keeps its Parquet under `<stage>/runs/<run_id>/` (not a declared output, so
 Snakemake never deletes it) and declares a small JSON receipt naming that run. A rerun writes a new
@@ -14,7 +16,14 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from rooflab.records import check_writable, find_run_folders, write_run
+from rooflab import progress
+from rooflab.records import (
+    RecordError,
+    check_writable,
+    find_run_folders,
+    read_table_file,
+    write_run,
+)
 
 
 def log_to(log_path: str | os.PathLike) -> logging.Logger:
@@ -70,3 +79,117 @@ def kept_runs(receipts: Iterable[str | os.PathLike]) -> list[Path]:
     of one folder share its runs); a hidden folder (a write that did not finish) is not a run."""
     folders = dict.fromkeys(Path(receipt).parent / "runs" for receipt in receipts)
     return [run.path for folder in folders for run in find_run_folders(folder)]
+
+
+# -- the Snakefile's side: progress on the terminal, and what a campaign says when it ends -------
+
+
+def _quietness(quiet: Iterable | None) -> set[str]:
+    """Snakemake's --quiet as lower-case names (`progress`, `rules`, `all`, ...)."""
+    return {str(getattr(item, "name", item)).lower() for item in quiet or ()}
+
+
+def progress_on_terminal(quiet: Iterable | None, streams: Iterable = (sys.stdout, sys.stderr)):
+    """Whether measuring jobs show their status line on the terminal, told to them through the
+    environment they inherit (`rooflab.progress.ENV`): only where Snakemake's own output is a
+    terminal (not CI, not redirected to a file or a pipe) and not `--quiet`."""
+    interactive = all(stream is not None and stream.isatty() for stream in streams)
+    on = interactive and not _quietness(quiet) & {"progress", "all"}
+    os.environ[progress.ENV] = "tty" if on else "off"
+    return on
+
+
+def _runs_row(receipt: dict) -> dict | None:
+    try:
+        table = read_table_file(Path(receipt["run_dir"]) / "runs.parquet")
+    except (KeyError, OSError, RecordError):
+        return None
+    rows = table.to_pylist()
+    return rows[0] if rows else None
+
+
+def campaign_summary(report: str, ingest_receipt: str, receipts: Iterable[str]) -> list[str]:
+    """What a finished campaign says, in a few lines: where the report and the store are, what
+    fell back or is missing (the backend's note, a busy machine, counters unavailable, wrong
+    results), and one query to try. From the receipts and the runs they name."""
+    lines = [f"rooflab: the report is {report}" if Path(report).exists() else None]
+    db = None
+    if Path(ingest_receipt).exists():
+        ingested = read_receipt(ingest_receipt)
+        db, added = ingested["db"], len(ingested.get("added", []))
+        lines.append(f"rooflab: the store is {db} ({added} new run(s); `rooflab runs` lists all)")
+    kept = [read_receipt(path) for path in receipts if Path(path).exists()]
+    runs = [row for row in map(_runs_row, kept) if row is not None]
+    notes: dict[str, list[dict]] = {}
+    for row in runs:
+        if row.get("backend_note"):
+            notes.setdefault(row["backend_note"], []).append(row)
+    for note, rows in notes.items():  # `auto: no CUDA device (why); fell back to cpu`
+        backend = rows[0].get("backend") or "?"
+        lines.append(f"rooflab: {len(rows)} of {len(runs)} runs measured on {backend}: {note}")
+    busy = sum(bool(row.get("busy_warning")) for row in runs)
+    if busy:
+        lines.append(
+            f"rooflab: {busy} run(s) measured on a busy machine (runs.busy_warning says why)"
+        )
+    unavailable: dict[str, list[str]] = {}
+    for receipt in kept:
+        if receipt["kind"] == "counters" and receipt.get("status") in ("unavailable", "partial"):
+            reason = receipt.get("reason") or "?"
+            reason = reason if len(reason) <= 100 else reason[:99] + "…"  # the store has it all
+            why = f"{receipt['status']}: {reason}"
+            unavailable.setdefault(why, []).append(receipt["sweep"])
+    for why, sweeps in unavailable.items():
+        lines.append(f"rooflab: counters of {', '.join(sorted(set(sweeps)))} {why}")
+    failed = [c for r in kept if r["kind"] == "correctness" for c in r.get("failed", [])]
+    if failed:
+        lines.append(f"rooflab: {len(failed)} configuration(s) failed correctness, not timed")
+    if db is not None:
+        where = "" if db == "results/rooflab.duckdb" else f" --db {db}"
+        lines.append(f'rooflab: try `rooflab query{where} "SELECT * FROM latest_ceilings"`')
+    return [line for line in lines if line]
+
+
+def say_campaign_done(report, ingest_receipt, receipts, quiet: Iterable | None = None) -> None:
+    """Print the summary (the Snakefile's `onsuccess`), unless `--quiet all`."""
+    if "all" in _quietness(quiet):
+        return
+    try:
+        lines = campaign_summary(report, ingest_receipt, receipts)
+    except (OSError, ValueError, KeyError, RecordError) as error:  # never fail a campaign
+        lines = [f"rooflab: no summary ({error}); the report is {report}"]
+    print("\n".join(lines), flush=True)
+
+
+def failed_logs(snakemake_logs: Iterable[str]) -> list[tuple[str, str]]:
+    """(rule, its log) of each job Snakemake's own log says failed (`Error in rule ...`)."""
+    found, rule = [], None
+    for path in snakemake_logs:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Error in rule "):
+                rule = line.removeprefix("Error in rule ").rstrip(":")
+            elif rule and line.startswith("    log: "):
+                logs = line.removeprefix("    log: ").split(" (check log file")[0]
+                found.extend((rule, log) for log in logs.split(", "))
+                rule = None
+    return list(dict.fromkeys(found))
+
+
+def say_campaign_failed(snakemake_logs: Iterable[str]) -> None:
+    """The Snakefile's `onerror`: which log to read, and that a rerun keeps what finished."""
+    snakemake_logs = list(snakemake_logs or [])
+    failed = failed_logs(snakemake_logs)
+    if failed:
+        read = "; ".join(f"{rule}: {log}" for rule, log in failed)
+        print(f"rooflab: the campaign stopped; read the log of what failed ({read})", flush=True)
+    else:
+        print(
+            "rooflab: the campaign stopped; Snakemake's log says what failed: "
+            + (", ".join(snakemake_logs) or "above"),
+            flush=True,
+        )
+    print("rooflab: fix it and rerun the same command: finished jobs are not rerun", flush=True)

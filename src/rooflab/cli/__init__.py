@@ -1,15 +1,19 @@
-"""The `rooflab` command. Usage and input errors print one line and exit with status 2."""
+"""The `rooflab` command. Usage and input errors print one line and exit with status 2; a reader
+that closes the output early (`| head`) ends it quietly with status 141, as SIGPIPE would."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from rooflab import __version__
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
-from rooflab.cli.model import add_device_options, cmd_model_gemm, cmd_model_stages, int_list
+from rooflab.cli.model import cmd_model_gemm, cmd_model_stages, int_list
 from rooflab.cli.output import INPUT_ERRORS, OneLineParser, UsageError
+from rooflab.cli.roofs import add_roof_options
+from rooflab.cli.sql import cmd_schema, cmd_sql
 from rooflab.cli.store import (
     cmd_query,
     cmd_report,
@@ -22,6 +26,27 @@ from rooflab.model import ELEMENT_BITS
 from rooflab.store import DEFAULT_DB, DEFAULT_RESULTS
 
 __all__ = ["build_parser", "main"]
+
+FORMATS = ("table", "csv", "json")
+RUN_KINDS = ("ceilings", "correctness", "gemm", "counters")  # runs.kind: what a job measured
+FORMAT_HELP = (
+    "table (the default: aligned, units in the header), or csv or json (numbers in base units: "
+    "s, B, FLOP, FLOP/s, B/s)"
+)
+
+
+def add_format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=FORMATS, default="table", help=FORMAT_HELP)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expects a positive integer, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,12 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("--y-dtype", choices=dtypes)
     gemm.add_argument("--beta", type=float, default=0.0, help="β ≠ 0 reads the old Y")
     gemm.add_argument("--bias", action="store_true", help="add a bias vector of N elements")
-    add_device_options(gemm)
+    add_roof_options(gemm)
+    add_format(gemm)
     gemm.set_defaults(handler=cmd_model_gemm)
 
     stages = model_commands.add_parser("stages", help="critical-path vs aggregate bound")
     stages.add_argument("file", help="YAML with stages: [{name, flops, bytes, after}]")
-    add_device_options(stages)
+    add_roof_options(stages)
+    add_format(stages)
     stages.set_defaults(handler=cmd_model_stages)
 
     measure = commands.add_parser("measure", help="measure this machine (no Snakemake needed)")
@@ -64,17 +91,17 @@ def build_parser() -> argparse.ArgumentParser:
     counters.add_argument(
         "--timing", required=True, help="the sweep's timing run folder (rooflab measure gemm)"
     )
-    for command, config_required in ((ceilings, False), (gemm_measure, True), (counters, True)):
+    ceilings.add_argument("--config", help="campaign config (default settings when omitted)")
+    for command in (gemm_measure, counters):
         command.add_argument(
-            "--config",
-            required=config_required,
-            help="campaign config (default settings when omitted)",
+            "--config", required=True, help="campaign config that names the sweep (required)"
         )
+    for command in (ceilings, gemm_measure, counters):
         command.add_argument(
             "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
         )
         command.add_argument("--out", required=True, help="folder for the run's Parquet files")
-        command.add_argument("--format", choices=("table", "csv", "json"), default="table")
+        add_format(command)
     ceilings.set_defaults(handler=cmd_measure_ceilings)
     gemm_measure.set_defaults(handler=cmd_measure_gemm)
     counters.set_defaults(handler=cmd_measure_counters)
@@ -100,12 +127,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     query = commands.add_parser("query", help="run SQL on the store (read-only)")
     query.add_argument("sql", help='e.g. "SELECT * FROM latest_ceilings"')
+    sql = commands.add_parser(
+        "sql", help="SQL on the store, statements ending in ';' from a terminal or a pipe"
+    )
     runs = commands.add_parser("runs", help="the runs in the store, oldest first")
-    for command in (query, runs):
+    runs.add_argument("--kind", choices=RUN_KINDS, help="only runs of this kind")
+    runs.add_argument("--sweep", help="only runs of this sweep")
+    runs.add_argument("--machine", help="only runs of this machine: a machine_id prefix or host")
+    runs.add_argument(
+        "--last", type=positive_int, metavar="N", help="only the newest N (of those selected)"
+    )
+    schema = commands.add_parser(
+        "schema", help="the store's tables and views; with NAME, its columns, types and units"
+    )
+    schema.add_argument("name", nargs="?", metavar="NAME", help="a table or view")
+    for command in (query, sql, runs, schema):
         command.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
-        command.add_argument("--format", choices=("table", "csv", "json"), default="table")
+        add_format(command)
     query.set_defaults(handler=cmd_query)
+    sql.set_defaults(handler=cmd_sql)
     runs.set_defaults(handler=cmd_runs)
+    schema.set_defaults(handler=cmd_schema)
 
     report = commands.add_parser("report", help="the HTML report, with a PNG and SVG per chart")
     report.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
@@ -118,12 +160,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.handler(args)
+        sys.stdout.flush()  # a reader that went away is found here, not at exit
     except UsageError as error:
         print(f"rooflab: error: {error}", file=sys.stderr)
         return 2
     except INPUT_ERRORS as error:
         print(f"rooflab: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader closed the pipe (`rooflab query ... | head`): stop quietly, with the status
+        # of a process ended by SIGPIPE as the shell reports it (128 + 13), and point stdout at
+        # /dev/null so that Python's flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 128 + 2
     return 0
 
 

@@ -7,11 +7,10 @@ import json
 import sys
 
 from rooflab.cli.output import UsageError, json_safe, print_rows
-from rooflab.config import load_scenario
-from rooflab.devices import device_preset
+from rooflab.cli.roofs import roofs_from_args
+from rooflab.config import load_scenario, load_yaml
 from rooflab.model import bound, gemm_ledger, stage_bounds
-from rooflab.units import UnitError, format_quantity, parse_byte_rate, parse_flop_rate
-from rooflab.vocabulary import datasheet_path
+from rooflab.units import format_quantity
 
 
 def int_list(option: str):
@@ -27,54 +26,6 @@ def int_list(option: str):
         return values
 
     return parse
-
-
-def add_device_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--peak", help='compute ceiling, e.g. "120 TFLOP/s"')
-    parser.add_argument("--bandwidth", help='memory bandwidth, e.g. "2 TB/s" or "900 GiB/s"')
-    parser.add_argument("--device", help="datasheet preset from config/devices.yaml, e.g. h200-sxm")
-    parser.add_argument("--path", help="instruction path of the preset (default: from the dtype)")
-    parser.add_argument("--level", default="HBM", help="memory level of the preset (default HBM)")
-    parser.add_argument("--devices", help="preset file (default: config/devices.yaml)")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
-
-
-def _ceilings(args, default_path: str | None) -> tuple[float, float]:
-    """(peak FLOP/s, bandwidth B/s) from --peak/--bandwidth or a datasheet preset."""
-    if args.device:
-        if args.peak or args.bandwidth:
-            raise UsageError("give either --device or --peak and --bandwidth, not both")
-        preset = device_preset(args.device, args.devices)
-        path = args.path or default_path
-        if path is None:
-            raise UsageError(
-                f"--path is needed with --device here; paths of {args.device}: "
-                f"{', '.join(preset.peak_flops_per_s)}"
-            )
-        if path not in preset.peak_flops_per_s:
-            raise UsageError(
-                f"device {args.device} has no path {path!r}; "
-                f"paths: {', '.join(preset.peak_flops_per_s)}"
-            )
-        if args.level not in preset.bandwidth_b_per_s:
-            raise UsageError(
-                f"device {args.device} has no level {args.level!r}; "
-                f"levels: {', '.join(preset.bandwidth_b_per_s)}"
-            )
-        return preset.peak_flops_per_s[path], preset.bandwidth_b_per_s[args.level]
-    if not (args.peak and args.bandwidth):
-        raise UsageError("give --peak and --bandwidth (or --device NAME)")
-    return (
-        _parse_option("--peak", parse_flop_rate, args.peak),
-        _parse_option("--bandwidth", parse_byte_rate, args.bandwidth),
-    )
-
-
-def _parse_option(option: str, parse, text: str) -> float:
-    try:
-        return parse(text)
-    except UnitError as error:
-        raise UsageError(f"{option}: {error}") from None
 
 
 GEMM_TABLE_COLUMNS = (
@@ -99,7 +50,8 @@ def cmd_model_gemm(args) -> None:
     y = args.y_dtype or args.dtype
     if not (x and w and y):
         raise UsageError("give --dtype, or all of --x-dtype, --w-dtype and --y-dtype")
-    peak, bandwidth = _ceilings(args, datasheet_path(x) if x == w else None)
+    roofs = roofs_from_args(args, x if x == w else None)
+    peak, bandwidth = roofs.peak_flops_per_s, roofs.bandwidth_b_per_s
     rows = []
     for n in args.n:
         for k in args.k:
@@ -126,6 +78,7 @@ def cmd_model_gemm(args) -> None:
                         "peak_flops_per_s": peak,
                         "bandwidth_b_per_s": bandwidth,
                         "ridge": b.ridge,
+                        **roofs.json_sources(),
                     }
                 )
     if args.format == "table":
@@ -134,13 +87,18 @@ def cmd_model_gemm(args) -> None:
             f"{format_quantity(bandwidth, 'byte_rate')}, ridge {peak / bandwidth:.6g} FLOP/B; "
             "bytes: cold-cache model, not measured traffic"
         )
+        if not roofs.explicit:
+            print(roofs.sources())
         rows = [{c: row[c] for c in GEMM_TABLE_COLUMNS} for row in rows]
     print_rows(rows, args.format)
 
 
 def cmd_model_stages(args) -> None:
     stages = load_scenario(args.file)
-    peak, bandwidth = _ceilings(args, default_path=None)
+    document = load_yaml(args.file)  # its compute_path and memory_level name measured ceilings
+    scenario = {k: document[k] for k in ("compute_path", "memory_level") if k in document}
+    roofs = roofs_from_args(args, None, scenario)
+    peak, bandwidth = roofs.peak_flops_per_s, roofs.bandwidth_b_per_s
     result = stage_bounds(stages, peak, bandwidth)
     per_stage = [
         {
@@ -166,6 +124,7 @@ def cmd_model_stages(args) -> None:
         "critical_path": result.critical_path,
         "peak_flops_per_s": peak,
         "bandwidth_b_per_s": bandwidth,
+        **roofs.json_sources(),
     }
     if args.format == "json":
         safe = [{k: json_safe(v) for k, v in row.items()} for row in per_stage]
@@ -183,3 +142,9 @@ def cmd_model_stages(args) -> None:
             "(max of summed FLOP / peak and summed bytes / bandwidth)"
         )
         print(f"lower bound    {format_quantity(result.bound_s, 'time')}")
+        origin = f"; {roofs.origin}" if roofs.origin else ""
+        print(
+            f"ceilings       peak {format_quantity(peak, 'flop_rate')} from {roofs.peak_source}, "
+            f"bandwidth {format_quantity(bandwidth, 'byte_rate')} from {roofs.bandwidth_source}"
+            + origin
+        )

@@ -9,6 +9,7 @@ import math
 import sys
 import uuid
 
+from rooflab.cli.machines import Machine, listed, matching
 from rooflab.cli.output import print_rows
 from rooflab.store import StoreError, ingest, query, rebuild
 
@@ -32,17 +33,16 @@ def _plain(value):
     return value
 
 
-def _query_rows(db: str, sql: str) -> list[dict]:
-    table = query(db, sql)
+def query_rows(db: str, sql: str, params: list | None = None) -> list[dict]:
+    table = query(db, sql, params=params)
     return [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()]
 
 
-def _print_result(rows: list[dict], fmt: str) -> None:
-    if fmt == "table":
-        if not rows:
-            print("(no rows)", file=sys.stderr)
-            return
-        rows = [{k: "NULL" if v is None else v for k, v in row.items()} for row in rows]
+def print_result(rows: list[dict], fmt: str) -> None:
+    """A query's rows; no rows: `(no rows)` on stderr in a table, an empty result otherwise."""
+    if fmt == "table" and not rows:
+        print("(no rows)", file=sys.stderr)
+        return
     print_rows(rows, fmt)
 
 
@@ -89,11 +89,39 @@ def cmd_store_rebuild(args) -> None:
 
 
 def cmd_query(args) -> None:
-    _print_result(_query_rows(args.db, args.sql), args.format)
+    print_result(query_rows(args.db, args.sql), args.format)
+
+
+def _runs_filter(args) -> tuple[str, list]:
+    """The WHERE clause and parameters of `rooflab runs --kind --sweep --machine`."""
+    where, params = [], []
+    for column, value in (("kind", args.kind), ("sweep", args.sweep)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if args.machine is not None:
+        machines = [
+            Machine(r["machine_id"], r["host"])
+            for r in query_rows(args.db, "SELECT DISTINCT machine_id, host FROM runs ORDER BY 1")
+        ]
+        found = matching(machines, args.machine)
+        if not found:
+            raise StoreError(
+                f"no runs of a machine {args.machine!r} (a machine_id prefix or host) in "
+                f"{args.db}; machines: {listed(machines)}"
+            )
+        ids = sorted({m.machine_id for m in found})
+        where.append(f"machine_id IN ({', '.join('?' for _ in ids)})")
+        params += ids
+    return (" WHERE " + " AND ".join(where) if where else ""), params
 
 
 def cmd_runs(args) -> None:
-    rows = _query_rows(args.db, "SELECT * FROM run_summary ORDER BY started_at, run_id")
+    where, params = _runs_filter(args)
+    sql = f"SELECT * FROM run_summary{where} ORDER BY started_at DESC, run_id DESC"
+    if args.last is not None:
+        sql += f" LIMIT {int(args.last)}"
+    rows = query_rows(args.db, f"SELECT * FROM ({sql}) ORDER BY started_at, run_id", params)
     warnings = [(row["run_id"], row["busy_warning"]) for row in rows if row["busy_warning"]]
     if args.format == "table":
         for row in rows:
@@ -104,7 +132,7 @@ def cmd_runs(args) -> None:
             row["n_disturbed"] = "" if judged is None else f"{row['n_disturbed']}/{judged}"
             row["busy_warning"] = "busy" if row["busy_warning"] else ""
             del row["ended_at"], row["backend_note"]  # a sentence: in --format json
-    _print_result(rows, args.format)
+    print_result(rows, args.format)
     if args.format == "table":
         for run_id, warning in warnings:
             print(f"rooflab: run {run_id}: {warning}", file=sys.stderr)

@@ -39,7 +39,6 @@ from rooflab.experiments.ceiling_plan import (
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.timing import (
-    Progress,
     Sample,
     clean,
     fastest_window_median,
@@ -49,6 +48,7 @@ from rooflab.experiments.timing import (
     summarize,
     take_sample,
 )
+from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
 from rooflab.vocabulary import CacheState
@@ -138,14 +138,37 @@ def run_ceilings(
     holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
     check_supported(backend, settings)
     check_memory(backend, settings)
-    with measuring("ceilings"):
-        return _run_ceilings(backend, settings, run_id)
+    with measuring("ceilings"), Progress("ceilings") as progress:
+        return _run_ceilings(backend, settings, progress, run_id)
+
+
+def planned_point_s(settings: CeilingSettings) -> float:
+    """Planned seconds of one sweep point or FMA round: its windows, each at least `window_s`
+    (1.5 x on average: a window is sized by doubling the work until it lasts `window_s`), plus
+    sizing it (about two windows) and the warm-up call."""
+    return settings.window_s * (1.5 * settings.windows + 2.5)
+
+
+def planned_blas_s(settings: CeilingSettings) -> float:
+    """Planned seconds of one library GEMM ceiling: its warm-up, idle and sampling budgets."""
+    timing = settings.blas_timing
+    return timing.warmup_s + timing.cooldown_s + timing.min_time_s
+
+
+def planned_work(settings: CeilingSettings, points: int, local: bool) -> list[float]:
+    """Planned seconds of each item of a run, in order: FMA rounds (first, after each bandwidth
+    sweep, last), `points` sweep points, the library GEMMs. The ETA starts from it (progress)."""
+    rounds = len(settings.kernels) + 2 + local
+    fma_and_points = rounds * len(settings.fma_dtypes) + points
+    blas = len(settings.blas_dtypes)
+    return [planned_point_s(settings)] * fma_and_points + [planned_blas_s(settings)] * blas
 
 
 def _run_ceilings(
-    backend: Backend, settings: CeilingSettings, run_id: str | None = None
+    backend: Backend, settings: CeilingSettings, progress: Progress, run_id: str | None = None
 ) -> dict[str, list[dict]]:
     run_id = run_id or new_run_id()
+    progress.update("checking that the machine is quiet")
     quiet = quiet_check(backend, settings.disturbance, "ceilings")
     started = utc_now()
     threads = settings.threads or backend.default_threads()
@@ -167,9 +190,9 @@ def _run_ceilings(
         if local is not None
         else []
     )
-    progress = Progress("ceilings")
-    total = len(settings.kernels) * len(sizes) + len(local_sizes)
-    done = 0
+    points = len(settings.kernels) * len(sizes) + len(local_sizes)
+    progress.plan(planned_work(settings, points, local is not None))
+    point_s = planned_point_s(settings)
 
     # FMA rounds are spread over the whole run (first, after each bandwidth kernel, last) and each
     # dtype keeps its best round: a ceiling is the best sustained rate, and a slow spell of a
@@ -188,6 +211,7 @@ def _run_ceilings(
         wait_until_idle()  # the BLAS pool may still spin from the library GEMM before it
         for dtype in settings.fma_dtypes:
             config_id = f"fma/{dtype}/round{rounds}"
+            progress.start(f"fma {dtype} round {rounds}", point_s)
             before = conditions_row(backend, run_id, "before", config_id)
             workload = backend.fma_workload(dtype, threads)
             with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
@@ -204,12 +228,11 @@ def _run_ceilings(
             if dtype not in best or key > best[dtype][0]:
                 best[dtype] = (key, windows.units, workload.threads or threads, config_id, verdict)
             note = " (disturbed)" if verdict.disturbed else ""
-            progress.update(f"fma {dtype}: {rate / 1e9:.1f} GFLOP/s{note}")
+            progress.update(f"{rate / 1e9:.1f} GFLOP/s{note}")
         rounds += 1
 
     def bandwidth_sweep(kernel, sizes, workload_for, level_windows, words) -> None:
         """Time `kernel` at each working set; each level's ceiling is its best plateau point."""
-        nonlocal done
         wait_until_idle()
         config_id = f"stream/{kernel}"
         tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
@@ -217,6 +240,7 @@ def _run_ceilings(
         kernel_threads = threads
         with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
             for size in sizes:
+                progress.start(f"{kernel} {format_quantity(size, 'bytes', 3)}", point_s)
                 workload = workload_for(size)
                 kernel_threads = workload.threads or threads
                 windows = timed(workload)
@@ -245,11 +269,8 @@ def _run_ceilings(
                 }
                 tables["ceiling_sweep"].append(row)
                 points.append(SweepPoint(working_set, rate, level, point_id, windows.verdict, row))
-                done += 1
                 note = " (disturbed)" if windows.verdict.disturbed else ""
-                progress.update(
-                    f"{kernel} {working_set} B: {rate / 1e9:.1f} GB/s{note}", done / total
-                )
+                progress.update(f"{rate / 1e9:.1f} GB/s{note}")
         tables["conditions"].extend(during_rows(run_id, during))
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
         flags = _flags(tables, {config_id}, settings.max_clock_change)
@@ -358,6 +379,7 @@ def _run_ceilings(
 def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     n = settings.blas_n
     config_id = f"blas/{dtype}/n{n}"
+    progress.start(f"library GEMM {dtype} n={n}", planned_blas_s(settings))
     operands = backend.gemm_operands(n, n, n, dtype, "nn", seed=0)
     wait_until_idle()  # numba's pool may still spin from the kernels before it
     before = conditions_row(backend, run_id, "before", config_id)

@@ -58,6 +58,7 @@ from rooflab.experiments.gemm import GemmConfig, sweep_configs
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.profiled_gemm import child_command
 from rooflab.experiments.runs import conditions_row, run_row
+from rooflab.progress import Progress
 from rooflab.records import new_run_id, read_run, utc_now
 from rooflab.vocabulary import compute_path
 
@@ -179,10 +180,8 @@ def run_counters(
     backend and perf on the CPU.
 
     Holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
-    with measuring(f"counters of sweep {sweep_name}"):
-        return _run_counters(
-            backend, sweep_name, sweep, settings, timing_run_dir, tool=tool, run_id=run_id
-        )
+    with measuring(f"counters of sweep {sweep_name}"), Progress(f"counters {sweep_name}") as p:
+        return _run_counters(backend, sweep_name, sweep, settings, timing_run_dir, p, tool, run_id)
 
 
 def _run_counters(
@@ -191,7 +190,7 @@ def _run_counters(
     sweep: Mapping,
     settings: CounterSettings,
     timing_run_dir: str | Path,
-    *,
+    progress: Progress,
     tool: str | None = None,
     run_id: str | None = None,
 ) -> dict[str, list[dict]]:
@@ -211,7 +210,9 @@ def _run_counters(
     for config_id, why in selection.skipped:
         tables["counters"].append(status_row(run_id, config_id, "skipped", why, **common))
     step = _NcuStep if tool == "ncu" else _PerfStep
-    context = _Context(backend, sweep, settings, timings, run_id, tables)
+    context = _Context(backend, sweep, settings, timings, run_id, tables, progress)
+    runs = len(settings.cache_controls) if tool == "ncu" else 1  # tool runs per configuration
+    progress.plan([1.0] * runs * len(selection.configs), seconds_per_unit=None)
     if selection.configs:
         step(context).run(selection.configs)
     tables["conditions"].append(conditions_row(backend, run_id, "after"))
@@ -246,6 +247,7 @@ class _Context:
     timings: list[dict]
     run_id: str
     tables: dict[str, list[dict]]
+    progress: Progress
 
 
 class _NcuStep:
@@ -286,6 +288,7 @@ class _NcuStep:
         with tempfile.TemporaryDirectory(prefix="rooflab-ncu-") as folder:
             for index, config in enumerate(configs):
                 for cache_control in settings.cache_controls:
+                    self.c.progress.start(f"{config.short_id} ncu --cache-control {cache_control}")
                     if not self.profile(config, cache_control, plan, machine_id, folder, index):
                         return
 
@@ -423,6 +426,7 @@ class _PerfStep:
         common = {"tool": "perf", "tool_version": tool_version}
         common["metrics_requested"] = ",".join(settings.perf_events)
         for config in configs:
+            c.progress.start(f"{config.short_id} perf stat")
             stat = self.measure(config)
             if isinstance(stat, Unavailable):
                 row = status_row(c.run_id, config.config_id, "unavailable", stat.reason, **common)

@@ -11,8 +11,9 @@ from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
-from rooflab.experiments.timing import Progress, TimingSettings, measure, sample_rows
+from rooflab.experiments.timing import TimingSettings, measure, sample_rows
 from rooflab.model import gemm_ledger, tensor_bytes
+from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
 from rooflab.vocabulary import CacheState
@@ -36,7 +37,12 @@ class GemmConfig:
 
     @property
     def config_id(self) -> str:
-        return f"{self.sweep}/{self.dtype}/{self.layout}/m{self.m}_n{self.n}_k{self.k}"
+        return f"{self.sweep}/{self.short_id}"
+
+    @property
+    def short_id(self) -> str:
+        """The configuration within its sweep: `fp32/nn/m64_n1024_k1024` (progress lines)."""
+        return f"{self.dtype}/{self.layout}/m{self.m}_n{self.n}_k{self.k}"
 
 
 def sweep_configs(name: str, sweep: dict) -> list[GemmConfig]:
@@ -87,10 +93,21 @@ def run_gemm_sweep(
     - otherwise: check every configuration, then time those that passed (kind "gemm").
 
     Holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
-    with measuring(f"gemm sweep {name}"):
+    label = f"{'correctness' if timing is None else 'gemm'} {name}"
+    configs = sweep_configs(name, sweep)
+    # Refused before waiting for the machine, not after another measurement's minutes.
+    check_fits(backend, [c for c in configs if c.config_id in (passed_config_ids or {c.config_id})])
+    with measuring(f"gemm sweep {name}"), Progress(label) as progress:
         return _run_gemm_sweep(
-            backend, name, sweep, timing, passed_config_ids=passed_config_ids, run_id=run_id
+            backend, name, sweep, timing, progress, passed_config_ids, run_id=run_id
         )
+
+
+def planned_timing_s(timing: TimingSettings) -> float:
+    """Planned seconds of timing one configuration in one cache state: its warm-up, idle and
+    sampling budgets (a GEMM slower than the budget over the sample floor takes longer; the
+    ETA's measured rate corrects for that as the sweep goes)."""
+    return timing.warmup_s + timing.cooldown_s + timing.min_time_s
 
 
 def _run_gemm_sweep(
@@ -98,8 +115,9 @@ def _run_gemm_sweep(
     name: str,
     sweep: dict,
     timing: TimingSettings | None,
-    *,
+    progress: Progress,
     passed_config_ids: set[str] | None = None,
+    *,
     run_id: str | None = None,
 ) -> dict[str, list[dict]]:
     configs = sweep_configs(name, sweep)
@@ -109,23 +127,30 @@ def _run_gemm_sweep(
     run_id = run_id or new_run_id()
     quiet = None
     if timing is not None:
+        progress.update("checking that the machine is quiet")
         quiet = quiet_check(backend, timing.disturbance, f"gemm {name}")
+        timings = len(configs) * len(sweep["cache_states"])
+        progress.plan([planned_timing_s(timing)] * timings)
+    else:  # a check's cost is not planned: the ETA follows the checks done
+        progress.plan([1.0] * len(configs), seconds_per_unit=None)
     started = utc_now()
     tables: dict[str, list[dict]] = {"conditions": [], "correctness": []}
     if timing is not None:
         tables.update(samples=[], gemm_points=[])
-    progress = Progress(f"gemm {name}")
     tables["conditions"].append(conditions_row(backend, run_id, "before"))
     # The GEMM library's pool at an explicit size for the whole sweep (recorded per point).
     with backend.limited_library_threads() as threads:
-        for index, config in enumerate(configs):
-            progress.update(f"{index}/{len(configs)} {config.config_id}", index / len(configs))
+        for config in configs:
+            if timing is None:
+                progress.start(config.short_id)
             operands = backend.gemm_operands(
                 config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
             )
             if passed_config_ids is None and not _check_config(
                 backend, config, operands, run_id, sweep["seed"], tables
             ):
+                if timing is not None:  # its timings leave the plan
+                    progress.drop(len(sweep["cache_states"]) * [planned_timing_s(timing)])
                 continue  # a wrong result is recorded, never timed
             if timing is not None:
                 _time_config(
@@ -194,6 +219,7 @@ def _time_config(
     shape = {"m": config.m, "n": config.n, "k": config.k}
     ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
     for cache_state in sweep["cache_states"]:
+        progress.start(f"{config.short_id} {cache_state}", planned_timing_s(timing))
         before = conditions_row(backend, run_id, "before", config.config_id)
         with backend.sampling_conditions(config.config_id) as during:
             measured = measure(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -24,6 +23,7 @@ from rooflab.conditions.disturbance import (
     judge,
     probe,
 )
+from rooflab.progress import Progress
 from rooflab.vocabulary import CACHE_STATES, CacheState
 
 
@@ -148,24 +148,6 @@ def fastest_window_median(seconds: list[float], window: int) -> tuple[float, int
     return min(medians), count
 
 
-class Progress:
-    """A line on stderr every few seconds: what runs, how many samples, elapsed and ETA."""
-
-    def __init__(self, label: str, every_s: float = 2.0, stream=None):
-        self.label, self.every_s = label, every_s
-        self.stream = stream or sys.stderr
-        self.started = self.last = time.monotonic()
-
-    def update(self, text: str, fraction: float | None = None) -> None:
-        now = time.monotonic()
-        if now - self.last < self.every_s:
-            return
-        self.last = now
-        elapsed = now - self.started
-        eta = f", ETA {elapsed / fraction - elapsed:.0f} s" if fraction and fraction > 0 else ""
-        print(f"[{self.label}] {text} ({elapsed:.0f} s elapsed{eta})", file=self.stream, flush=True)
-
-
 @dataclass(frozen=True)
 class Measurement:
     """Every sample taken (disturbed ones included, flagged) and the verdict on them."""
@@ -225,7 +207,7 @@ def measure(
             samples.append(sample)
             n_clean += not sample.disturbed
             if progress:
-                progress.update(f"{cache_state}: {len(samples)} samples")
+                progress.update(f"{len(samples)} sample{'' if len(samples) == 1 else 's'}")
     verdict = judge_samples(samples, phase, backend, settings.min_samples, disturbance)
     return Measurement(samples, verdict)
 

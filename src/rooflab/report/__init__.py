@@ -15,7 +15,8 @@ The modules, each depending only on those listed after it:
 - `build`: `build_report`, and which charts a machine gets;
 - `page`: the HTML page around the charts; `summary`: a machine's summary;
 - `queries`: the SQL the report runs on the store;
-- one module per chart family: `roofline_chart`, `counter_charts` (hardware counters),
+- one module per chart family: `roofline_chart` (with `roofline_points`: its points, their
+  marks and its title), `counter_charts` (hardware counters),
   `sweep_charts` (ceiling sweep, weight reuse), `run_charts` (samples, conditions, change),
   `stage_charts` (stage bounds);
 - what the charts share: `axes` (roof geometry, time and size labels), `labels` (placing roof

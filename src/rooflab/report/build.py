@@ -17,10 +17,17 @@ from rooflab.report.counter_charts import (
 from rooflab.report.names import duplicates, name_part
 from rooflab.report.page import Chart, MachineSection, index_html, vl_version
 from rooflab.report.roofline_chart import roofline_chart
-from rooflab.report.run_charts import change_chart, conditions_chart, distribution_chart
+from rooflab.report.roofline_points import roofline_title
+from rooflab.report.run_charts import (
+    CONDITION_QUANTITIES,
+    change_chart,
+    conditions_chart,
+    distribution_chart,
+)
 from rooflab.report.stage_charts import stage_bounds_chart
 from rooflab.report.summary import counters_summary_html, summary_html
 from rooflab.report.sweep_charts import (
+    best_kernel_note,
     cache_marks,
     reuse_efficiency_chart,
     reuse_time_chart,
@@ -44,8 +51,11 @@ class Report:
 ROOFLINE_HOW = (
     "Each point is one configuration and cache state (its newest run); slanted lines are the "
     "measured bandwidth ceilings per memory level, flat lines the measured compute ceilings "
-    "(dashed: the BLAS library path), so a point's distance below the roof it sits under is the "
-    "efficiency left on the table."
+    "(dashed: the library path), each roof in its own colour. A point takes the colour of the "
+    "roof it is judged against (its memory level's where it is memory-bound, its compute "
+    "path's where compute-bound), with a dotted line up to that roof: its length is the "
+    "efficiency left on the table. Shape: the sweep; size: M; filled: warm cache, hollow: cold; "
+    "a black triangle marks a point above its roof. Grey dashed roofs are the datasheet's."
 )
 
 HIERARCHICAL_HOW = (
@@ -124,7 +134,12 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 "roofline",
                 "Roofline",
                 ROOFLINE_HOW,
-                roofline_chart(ceilings, points, queries.datasheet_roofs(connection, scope)),
+                roofline_chart(
+                    ceilings,
+                    points,
+                    queries.datasheet_roofs(connection, scope),
+                    roofline_title(scope, points),
+                ),
                 notes,
             )
         )
@@ -150,7 +165,8 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                     "Bandwidth of each kernel as the working set grows (newest ceilings run): "
                     "each drop marks a cache level left behind (dashed rules: total cache "
                     "capacities), and each shaded plateau is where that level's ceiling was taken."
-                    + per_sm,
+                    + per_sm
+                    + best_kernel_note(ceilings),
                     sweep_chart(
                         sweep, plateaus, cache_marks(queries.cache_capacities(connection, scope))
                     ),
@@ -192,7 +208,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
             charts.append(
                 Chart(
                     f"reuse_time_{part}",
-                    f"Weight reuse: time vs M (sweep {sweep_name})",
+                    f"Sweep {sweep_name}: time vs M",
                     "Solid: the measured median; dashed: the Roofline lower bound of the same "
                     "configuration. The whole GEMM gets longer with M while the time per row falls "
                     "as the weights are reused; the gap between the lines is the time lost to the "
@@ -203,7 +219,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
             charts.append(
                 Chart(
                     f"reuse_efficiency_{part}",
-                    f"Weight reuse: efficiency vs M (sweep {sweep_name})",
+                    f"Sweep {sweep_name}: efficiency vs M",
                     "Achieved FLOP/s over the attainable FLOP/s of the roof each point sits under "
                     "(100 % is on the roof).",
                     reuse_efficiency_chart(
@@ -241,7 +257,10 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 "GPU's SM clock), and the GPU's temperature and power where NVML reads them. A dip "
                 "or a spread within a run means its timings were taken at a different speed. Over "
                 "long histories readings are grouped into short time buckets (median drawn, "
-                "min–max as a bar).",
+                "min–max as a bar). The clock axis starts at zero, so a dip reads at its true "
+                "size; a dashed line marks the nominal clock (a GPU's max SM clock, a CPU's base "
+                "clock where its model name states one) and a GPU's power limit."
+                + _no_nominal_clock(conditions),
                 conditions_chart(conditions),
             )
         )
@@ -252,9 +271,11 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
             Chart(
                 "change",
                 "Change since the previous run",
-                "Relative change of each configuration's median between its two newest runs; the "
-                "grey band is ± half the larger IQR / median of the two, so a dot outside it moved "
-                "by more than the noise.",
+                "Each configuration's latest median over the one before (its two newest runs), "
+                "on a log axis from 0.5× (twice as fast) to 2× (twice as slow); the grey band is "
+                "± half the larger IQR / median of the two, so a dot outside it moved by more "
+                "than the noise. A ratio beyond the axis is drawn at its edge as a triangle "
+                "pointing out, its true value in the tooltip.",
                 change_chart(change),
             )
         )
@@ -266,13 +287,21 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 f"Stage bounds: {name}",
                 "Each bar is a stage at its own bound max(F/C, Q/B) on this machine's measured "
                 "ceilings, started when the stages it depends on finish; the dashed lines are "
-                "the critical-path bound and the looser aggregate bound max(ΣF/C, ΣQ/B).",
+                "the critical-path bound and the looser aggregate bound max(ΣF/C, ΣQ/B), one "
+                "line where the two coincide.",
                 stage_bounds_chart(frame.reset_index(drop=True), str(name)),
             )
         )
     for chart in charts:
         chart.name = scope.get("prefix", "") + chart.name
     return charts, facts
+
+
+def _no_nominal_clock(conditions: pd.DataFrame) -> str:
+    clock = conditions[conditions.quantity == CONDITION_QUANTITIES[0]]
+    if clock.empty or clock.nominal.notna().any():
+        return ""
+    return " This machine records no nominal clock, so no line marks it."
 
 
 class ChartNamesShared(StoreError):

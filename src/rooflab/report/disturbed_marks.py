@@ -13,9 +13,10 @@ DISTURBED_LABEL = "disturbed: other processes took time from the measurement"
 DISTURBED_COLOR = "#7b3294"
 
 
-def disturbed_rings(pts: pd.DataFrame, x_scale, y_scale) -> list:
+def disturbed_rings(pts: pd.DataFrame, x_scale, y_scale, scale=None) -> list:
     """A ring around each disturbed point, under the points, with its own legend entry; none
-    (and no legend entry) where no point is disturbed."""
+    (and no legend entry) where no point is disturbed. `scale`: the stroke scale, where other
+    marks of the chart share its legend (its domain holds DISTURBED_LABEL)."""
     import altair as alt
 
     if "disturbed" not in pts or not pts.disturbed.any():
@@ -32,7 +33,7 @@ def disturbed_rings(pts: pd.DataFrame, x_scale, y_scale) -> list:
             stroke=alt.Stroke(
                 "flag:N",
                 title="measurement",
-                scale=alt.Scale(domain=[DISTURBED_LABEL], range=[DISTURBED_COLOR]),
+                scale=scale or alt.Scale(domain=[DISTURBED_LABEL], range=[DISTURBED_COLOR]),
                 legend=alt.Legend(labelLimit=400),  # the whole sentence, not "… took ti…"
             ),
             tooltip=[

@@ -1,5 +1,6 @@
-"""The Roofline of a machine: its measured roofs (and a datasheet's, where the device has a
-preset) and the newest point of each configuration and cache state."""
+"""The Roofline of a machine: its measured roofs, each in its own colour and labelled where no
+roof line runs through the label (and a datasheet's, where the device has a preset), and the
+newest point of each configuration and cache state (roofline_points)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,17 @@ import math
 from typing import TYPE_CHECKING
 
 from rooflab.report.axes import ROOFLINE_SIZE, roof_geometry, with_time_text
-from rooflab.report.disturbed_marks import disturbed_rings
-from rooflab.report.labels import place_labels
+from rooflab.report.disturbed_marks import DISTURBED_COLOR, DISTURBED_LABEL, disturbed_rings
+from rooflab.report.labels import BOLD_CHAR_PX, FAR_DYS, LINE_COST, SHEET_COST, place_labels
+from rooflab.report.roofline_points import (
+    ABOVE_COLOUR,
+    ABOVE_LABEL,
+    UNKNOWN_ROOF,
+    above_marks,
+    guides,
+    judged_against,
+    point_layer,
+)
 from rooflab.units import format_quantity
 from rooflab.vocabulary import datasheet_path
 
@@ -28,58 +38,94 @@ LIBRARY_PATHS = (
     "fp16_tensor",
     "bf16_tensor",
 )
+# Each roof its own colour: the levels as in the hierarchical Roofline (main memory red), the
+# compute paths from a palette that uses none of those; a point takes its roof's colour.
+LEVEL_COLOURS = {"L1": "#2ca02c", "L2": "#1f77b4", "L3": "#ff7f0e", "DRAM": "#d62728"}
+LEVEL_COLOURS["HBM"] = LEVEL_COLOURS["DRAM"]
+PATH_COLOURS = (
+    "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+    "#393b79", "#7f7f7f", "#637939", "#e7ba52", "#843c39",
+)  # fmt: skip
+DATASHEET_COLOUR = "#999"
 
 
-def roofline_chart(
-    ceilings: pd.DataFrame, points: pd.DataFrame, datasheet: pd.DataFrame | None = None
-) -> alt.LayerChart:
-    """Measured roofs solid (library paths dashed); `datasheet` roofs (rows of
-    latest_datasheet_roofs) dashed and labelled so, for the dtypes of the points and every level
-    the preset names."""
-    import altair as alt
-    import pandas as pd
-
+def _roofs(ceilings: pd.DataFrame) -> tuple[dict, dict, dict]:
+    """The measured roofs in drawing order: {level: B/s}, {path: FLOP/s} and each one's label
+    ({name: text}), fastest level and FMA paths first."""
     bandwidth = ceilings[ceilings.kind == "bandwidth"].set_index("name")
     compute = ceilings[ceilings.kind == "compute"].set_index("name")
     levels = [lv for lv in BANDWIDTH_LEVELS if lv in bandwidth.index]
     levels += [lv for lv in bandwidth.index if lv not in levels]
     paths = [p for p in FMA_PATHS + LIBRARY_PATHS if p in compute.index]
     paths += [p for p in compute.index if p not in paths]
-    peaks = [float(compute.loc[p, "value"]) for p in paths]
-    bws = [float(bandwidth.loc[lv, "value"]) for lv in levels]
+    bws = {lv: float(bandwidth.loc[lv, "value"]) for lv in levels}
+    peaks = {p: float(compute.loc[p, "value"]) for p in paths}
+    texts = {
+        lv: f"{lv} {format_quantity(bw, 'byte_rate', 4)} ({bandwidth.loc[lv, 'kernel']})"
+        for lv, bw in bws.items()
+    }
+    for path, peak in peaks.items():
+        library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
+        texts[path] = f"{path} {format_quantity(peak, 'flop_rate', 4)}" + (
+            " (library)" if library else ""
+        )
+    return bws, peaks, texts
 
+
+def _colours(bws: dict, peaks: dict, texts: dict) -> tuple[list[str], list[str]]:
+    """The roof colour scale: its domain (the roofs' labels) and range."""
+    palette = iter(PATH_COLOURS * (1 + len(peaks) // len(PATH_COLOURS)))
+    spare = iter(PATH_COLOURS[::-1] * (1 + len(bws) // len(PATH_COLOURS)))
+    domain = [texts[lv] for lv in bws] + [texts[p] for p in peaks]
+    colours = [LEVEL_COLOURS.get(lv) or next(spare) for lv in bws]
+    colours += [next(palette) for _ in peaks]
+    return domain, colours
+
+
+def roofline_chart(
+    ceilings: pd.DataFrame,
+    points: pd.DataFrame,
+    datasheet: pd.DataFrame | None = None,
+    title: dict | None = None,
+) -> alt.LayerChart:
+    """Measured roofs in their own colours (library paths dashed), labelled on the chart away
+    from every roof line and in the legend; `datasheet` roofs (rows of latest_datasheet_roofs)
+    grey, dashed and labelled so, for the dtypes of the points and every level the preset names.
+    `title`: {"text", "subtitle"} (roofline_title)."""
+    import altair as alt
+    import pandas as pd
+
+    bws, peaks, texts = _roofs(ceilings)
     intensities = [x for x in points.get("intensity", []) if x > 0 and math.isfinite(x)]
-    roofs = roof_geometry(
-        dict(zip(paths, peaks, strict=True)), dict(zip(levels, bws, strict=True)), intensities
-    )
+    roofs = roof_geometry(peaks, bws, intensities)
     lo, hi = roofs.lo, roofs.hi
 
-    lines, labels = [], []
-    for level, bw in zip(levels, bws, strict=True):
-        kernel = bandwidth.loc[level, "kernel"]
-        text = f"{level} {format_quantity(bw, 'byte_rate', 4)} ({kernel})"
+    lines, labels, sheet_lines = [], [], []
+    for level, bw in bws.items():
+        text = texts[level]
         for x in roofs.bandwidth[level]:
             lines.append(
                 {"ceiling": text, "kind": "bandwidth", "library": False, "x": x, "y": bw * x}
             )
-        labels.append({"ceiling": text, "x": lo, "y": bw * lo, "align": "left"})
-    for path, peak in zip(paths, peaks, strict=True):
-        library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
+        labels.append(_slanted_label(text, bw, *roofs.bandwidth[level]))
+    for path, peak in peaks.items():
+        library = texts[path].endswith("(library)")
         start = roofs.compute[path][0]
-        text = f"{path} {format_quantity(peak, 'flop_rate', 4)}" + (" (library)" if library else "")
         for x in roofs.compute[path]:
             lines.append(
-                {"ceiling": text, "kind": "compute", "library": library, "x": x, "y": peak}
+                {"ceiling": texts[path], "kind": "compute", "library": library, "x": x, "y": peak}
             )
         # FMA labels at the right end, library labels where their line starts: apart from
         # each other and from the points, which gather at high intensity
+        right, left = (hi, peak, "right"), (start * 1.1, peak, "left")
+        along = [(start * (hi / start) ** f, peak, "left") for f in (0.2, 0.35, 0.5, 0.65)]
+        # ending where its line starts or short of it, above the slanted roofs
+        before = [(start / f, peak, "right") for f in (1, 1.5, 2.5)]
+        first, *others = (
+            [left, right, *before, *along] if library else [right, *along[::-1], left, *before]
+        )
         labels.append(
-            {
-                "ceiling": text,
-                "x": hi if not library else start * 1.1,
-                "y": peak,
-                "align": "left" if library else "right",
-            }
+            {"ceiling": texts[path], "x": first[0], "y": peak, "align": first[2], "anchors": others}
         )
     if datasheet is not None and not datasheet.empty:
         dtypes = {datasheet_path(d) for d in points.get("dtype", [])}
@@ -99,7 +145,7 @@ def roofline_chart(
                 f"{', '.join(sorted(names))} {format_quantity(peak, 'flop_rate', 4)} "
                 f"(datasheet {device})"
             )
-            lines += [
+            sheet_lines += [
                 {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
                 for x in (lo, hi)
             ]
@@ -110,86 +156,162 @@ def roofline_chart(
                     "y": peak,
                     "align": "left",
                     "yields": True,
+                    "anchors": [(hi, peak, "right"), (math.sqrt(lo * hi), peak, "left")],
                 }
             )
         for level, bw in sheet_bandwidth.items():
             text = f"{level} {format_quantity(bw, 'byte_rate', 4)} (datasheet)"
-            lines += [
+            sheet_lines += [
                 {"ceiling": text, "kind": "bandwidth", "library": True, "x": x, "y": bw * x}
                 for x in sheet.bandwidth[level]
             ]
-    lines_df = pd.DataFrame(lines, columns=["ceiling", "kind", "library", "x", "y"])
-    y_values = [r["y"] for r in lines] + list(points.get("achieved_flops_per_s", []))
+            labels.append(_slanted_label(text, bw, *sheet.bandwidth[level], yields=True))
+    columns = ["ceiling", "kind", "library", "x", "y"]
+    lines_df = pd.DataFrame(lines, columns=columns)
+    achieved = list(points.get("achieved_flops_per_s", []))
+    y_values = [r["y"] for r in lines + sheet_lines] + achieved
     y_values = [y for y in y_values if y > 0]
     y_domain = (min(y_values) / 2, max(y_values) * 2) if y_values else (1e6, 1e12)
+    # a slanted roof rises one decade per decade: its labels are turned to run along it
+    (width, height), decades_x = ROOFLINE_SIZE, math.log10(hi / lo)
+    slope = (height / math.log10(y_domain[1] / y_domain[0])) / (width / decades_x)
+    for label in labels:
+        label["angle"] = -math.degrees(math.atan(slope)) if label.pop("slanted", False) else 0.0
+    segments = [
+        ((a["x"], a["y"]), (b["x"], b["y"]), cost)
+        for rows, cost in ((lines, LINE_COST), (sheet_lines, SHEET_COST))
+        for a, b in zip(rows[::2], rows[1::2], strict=True)
+    ]
     labels_df = pd.DataFrame(
-        place_labels(labels, "ceiling", (lo, hi), y_domain, ROOFLINE_SIZE),
-        columns=["ceiling", "x", "y", "align", "dy"],
+        place_labels(
+            labels,
+            "ceiling",
+            (lo, hi),
+            y_domain,
+            ROOFLINE_SIZE,
+            segments + guides(points),
+            zip(points.get("intensity", []), achieved, strict=True),
+            BOLD_CHAR_PX,
+            FAR_DYS,
+        ),
+        columns=["ceiling", "x", "y", "align", "dy", "angle"],
     )
 
+    pts = with_time_text(points, "median_s").assign(
+        x=points.get("intensity"),
+        y=points.get("achieved_flops_per_s"),
+        roof=[roof or UNKNOWN_ROOF for roof in judged_against(points, texts)],
+    )
+    domain, colours = _colours(bws, peaks, texts)
+    if UNKNOWN_ROOF in set(pts.roof):  # no roof of this machine's ceilings judges it
+        domain, colours = [*domain, UNKNOWN_ROOF], [*colours, "#555"]
+    roof_scale = alt.Scale(domain=domain, range=colours)
     x_scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
     y_scale = alt.Scale(type="log", domain=list(y_domain), nice=False)
-    x_axis = alt.X(
-        "x:Q", scale=x_scale, title="Arithmetic intensity (FLOP/byte)", axis=alt.Axis(format="~g")
-    )
-    y_axis = alt.Y("y:Q", scale=y_scale, title="Performance (FLOP/s)", axis=alt.Axis(format="~s"))
+    x = alt.X("x:Q", scale=x_scale)
+    y = alt.Y("y:Q", scale=y_scale)
     base_lines = (
         alt.Chart(lines_df)
-        .mark_line(color="#555", strokeWidth=1.5)
+        .mark_line(strokeWidth=1.8)
         .encode(
-            x=x_axis,
-            y=y_axis,
+            x=alt.X(
+                "x:Q",
+                scale=x_scale,
+                title="Arithmetic intensity (FLOP/byte)",
+                axis=alt.Axis(format="~g"),
+            ),
+            y=alt.Y("y:Q", scale=y_scale, title="Performance (FLOP/s)", axis=alt.Axis(format="~s")),
+            color=alt.Color(
+                "ceiling:N",
+                scale=roof_scale,
+                title="roof (a point's colour: the roof it is judged against)",
+                legend=alt.Legend(
+                    labelLimit=400, titleLimit=400, symbolType="stroke", symbolStrokeWidth=3
+                ),
+            ),
             detail="ceiling:N",
             strokeDash=alt.condition("datum.library", alt.value([6, 4]), alt.value([1, 0])),
             tooltip=[alt.Tooltip("ceiling:N", title="ceiling")],
         )
     )
-    # align and dy are mark properties, not encodings: one text layer per placement
-    text_layers = []
-    for (align, dy), group in labels_df.groupby(["align", "dy"]):
-        text_layers.append(
-            alt.Chart(group)
-            .mark_text(
-                fontSize=11, color="#333", align=align, dy=int(dy), dx=4 if align == "left" else -4
+    layers = [base_lines]
+    if sheet_lines:
+        layers.append(
+            alt.Chart(pd.DataFrame(sheet_lines, columns=columns))
+            .mark_line(strokeWidth=1.5, color=DATASHEET_COLOUR, strokeDash=[6, 4])
+            .encode(x=x, y=y, detail="ceiling:N", tooltip=[alt.Tooltip("ceiling:N")])
+        )
+    if "attainable_flops_per_s" in pts:
+        layers.append(  # from each point to where its roof caps it
+            alt.Chart(pts)
+            .transform_filter("datum.roof != null && datum.attainable_flops_per_s > 0")
+            .mark_rule(strokeWidth=1, strokeDash=[2, 2], opacity=0.8)
+            .encode(
+                x=x,
+                y=y,
+                y2="attainable_flops_per_s:Q",
+                color=alt.Color("roof:N", scale=roof_scale, legend=None),
+                tooltip=[alt.Tooltip("roof:N", title="judged against")],
             )
-            .encode(x=alt.X("x:Q", scale=x_scale), y=alt.Y("y:Q", scale=y_scale), text="ceiling:N")
         )
-    pts = with_time_text(points, "median_s").assign(
-        x=points.intensity, y=points.achieved_flops_per_s
+    # align, dy and angle are mark properties, not encodings: one text layer per placement
+    for (align, dy, angle), group in labels_df.groupby(["align", "dy", "angle"]):
+        sheet = ~group.ceiling.isin(domain)
+        for rows, colour in ((group[~sheet], None), (group[sheet], DATASHEET_COLOUR)):
+            if rows.empty:
+                continue
+            mark = {
+                "align": align,
+                "dy": int(dy),
+                "dx": 4 if align == "left" else -4,
+                "angle": round(angle, 2) % 360,
+                "fontSize": 11,
+                "fontWeight": "bold",
+            }
+            # a white halo first: a point's dotted guide does not run through the text
+            halo = alt.Chart(rows).mark_text(stroke="white", strokeWidth=3, **mark)
+            layers.append(halo.encode(x=x, y=y, text="ceiling:N"))
+            text = alt.Chart(rows).mark_text(**mark)
+            layers.append(
+                text.encode(
+                    x=x,
+                    y=y,
+                    text="ceiling:N",
+                    color=alt.value(colour)
+                    if colour
+                    else alt.Color("ceiling:N", scale=roof_scale, legend=None),
+                )
+            )
+    flags = [DISTURBED_LABEL] * bool(pts.get("disturbed", pd.Series()).any())
+    flags += [ABOVE_LABEL] * bool(pts.get("above_roof", pd.Series()).fillna(False).any())
+    flag_scale = alt.Scale(
+        domain=flags,
+        range=[DISTURBED_COLOR if f == DISTURBED_LABEL else ABOVE_COLOUR for f in flags],
     )
-    point_tooltip = [
-        alt.Tooltip("config_id:N", title="config"),
-        alt.Tooltip("cache_state:N", title="cache state"),
-        alt.Tooltip("m:Q", title="M"),
-        alt.Tooltip("n:Q", title="N"),
-        alt.Tooltip("k:Q", title="K"),
-        alt.Tooltip("median_s_text:N", title="median time"),
-        alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".1%"),
-        alt.Tooltip("clock_min_mhz:Q", title="clock min during samples (MHz)", format=".0f"),
-        alt.Tooltip("clock_max_mhz:Q", title="clock max during samples (MHz)", format=".0f"),
-        alt.Tooltip("achieved_flops_per_s:Q", title="achieved (FLOP/s)", format=".3~s"),
-        alt.Tooltip("attainable_flops_per_s:Q", title="attainable (FLOP/s)", format=".3~s"),
-        alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
-        alt.Tooltip("limiter:N", title="limiter"),
-        alt.Tooltip("level:N", title="level"),
-        alt.Tooltip("intensity:Q", title="intensity (FLOP/byte)", format=".3~g"),
-        alt.Tooltip("q_source:N", title="bytes from (q_source)"),
-        alt.Tooltip("disturbance:N", title="disturbed by other processes"),
-        alt.Tooltip("run_id:N", title="run"),
-    ]
-    point_layer = (
-        alt.Chart(pts)
-        .mark_point(size=60, filled=True, opacity=0.8)
-        .encode(
-            x=alt.X("x:Q", scale=x_scale),
-            y=alt.Y("y:Q", scale=y_scale),
-            color=alt.Color("dtype:N", title="dtype"),
-            shape=alt.Shape("cache_state:N", title="cache state"),
-            tooltip=point_tooltip,
+    layers += disturbed_rings(pts, x_scale, y_scale, flag_scale)
+    if ABOVE_LABEL in flags:
+        layers.append(above_marks(pts, x, y, flag_scale))
+    layers.append(point_layer(pts, x, y, roof_scale))
+    chart = alt.layer(*layers).properties(width=width, height=height)
+    if title:
+        chart = chart.properties(
+            title=alt.Title(
+                title["text"], subtitle=title["subtitle"], anchor="start", subtitleColor="#444"
+            )
         )
-    )
-    return (
-        alt.layer(base_lines, *text_layers, *disturbed_rings(pts, x_scale, y_scale), point_layer)
-        .properties(width=ROOFLINE_SIZE[0], height=ROOFLINE_SIZE[1])
-        .resolve_scale(x="shared", y="shared")
-    )
+    return chart.resolve_scale(x="shared", y="shared")
+
+
+def _slanted_label(text: str, bw: float, start: float, end: float, yields=False) -> dict:
+    """A bandwidth roof's label, turned along its line: near the left edge, or further along
+    where that place is taken."""
+    along = [start * (end / start) ** f for f in (0.04, 0.25, 0.5, 0.75)]
+    return {
+        "ceiling": text,
+        "x": along[0],
+        "y": bw * along[0],
+        "align": "left",
+        "slanted": True,
+        "yields": yields,
+        "anchors": [(x, bw * x, "left") for x in along[1:]],
+    }

@@ -81,38 +81,108 @@ def conditions_chart(conditions: pd.DataFrame):
     panels = []
     for quantity in quantities:
         data = conditions[conditions.quantity == quantity]
-        y = alt.Y("value:Q", title=quantity[:1].upper() + quantity[1:], scale=alt.Scale(zero=False))
+        # the clock from zero, so that a dip reads at its true size against the nominal clock
+        scale = alt.Scale(zero=quantity == CONDITION_QUANTITIES[0])
+        title = quantity[:1].upper() + quantity[1:]
+        y = alt.Y("value:Q", title=title, scale=scale)
         base = alt.Chart(data).encode(x=x, color=color, tooltip=tooltip)
         line = base.mark_line(point=True).encode(y=y, detail="run:N")
-        spread = base.mark_rule().encode(y=alt.Y("value_min:Q"), y2="value_max:Q")
-        panels.append(alt.layer(line, spread).properties(width=WIDTH, height=200))
+        spread = base.mark_rule().encode(y=alt.Y("value_min:Q", scale=scale), y2="value_max:Q")
+        layers = [line, spread, *_nominal_marks(data, scale)]
+        panels.append(alt.layer(*layers).properties(width=WIDTH, height=200))
     return alt.vconcat(*panels).resolve_scale(color="shared")
 
 
-def change_chart(change: pd.DataFrame):
+def _nominal_marks(data: pd.DataFrame, scale) -> list:
+    """A dashed rule at the machine's nominal value of the quantity (view condition_readings,
+    `nominal`), labelled with it and where it comes from; none where the machine records none."""
     import altair as alt
 
+    if "nominal" not in data:
+        return []
+    nominal = data[data.nominal.notna()][["quantity", "nominal", "nominal_from"]].drop_duplicates()
+    if nominal.empty:
+        return []
+    unit = nominal.quantity.str.extract(r"\((.*)\)$")[0].fillna("")
+    nominal = nominal.assign(
+        label=[
+            f"{source}: {value:.4g} {u}"
+            for value, u, source in zip(nominal.nominal, unit, nominal.nominal_from, strict=True)
+        ]
+    )
+    tooltip = [alt.Tooltip("label:N", title="nominal")]
+    y = alt.Y("nominal:Q", scale=scale)
+    rule = (
+        alt.Chart(nominal).mark_rule(color="#444", strokeDash=[6, 3]).encode(y=y, tooltip=tooltip)
+    )
+    text = (
+        alt.Chart(nominal)
+        .mark_text(align="right", baseline="bottom", dy=-3, fontSize=11, color="#444")
+        .encode(y=y, x=alt.value(WIDTH - 4), text="label:N", tooltip=tooltip)
+    )
+    return [rule, text]
+
+
+# The change chart's axis: latest / previous median on a log scale, the same distance for twice as
+# slow as for twice as fast; a ratio beyond it is drawn at its edge as a triangle.
+RATIO_DOMAIN = (0.5, 2.0)
+RATIO_TICKS = (0.5, 0.8, 1.0, 1.25, 2.0)
+WITHIN, SLOWER_BEYOND, FASTER_BEYOND = (
+    "within the axis",
+    f"over {RATIO_DOMAIN[1]:g}× (drawn at the edge)",
+    f"under {RATIO_DOMAIN[0]:g}× (drawn at the edge)",
+)
+
+
+def change_chart(change: pd.DataFrame):
+    """Each configuration's latest / previous median (view median_changes, `ratio`) on a log
+    axis from 0.5× to 2×, over its noise band; a ratio beyond the axis is clipped to its edge and
+    drawn as a triangle pointing out, its true value in the tooltip."""
+    import json
+
+    import altair as alt
+
+    lo, hi = RATIO_DOMAIN
     y = alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=360))
+    x_scale = alt.Scale(type="log", domain=list(RATIO_DOMAIN), nice=False, padding=12)
+    clamp = f"clamp(%s, {lo}, {hi})"
     band = (
         alt.Chart(change)
+        .transform_calculate(
+            band_lo=clamp % "1 + datum.noise_lo", band_hi=clamp % "1 + datum.noise_hi"
+        )
         .mark_bar(size=12, color="#ccc")
         .encode(
             y=y,
             x=alt.X(
-                "noise_lo:Q",
-                title="Change of the median vs the previous run (%)",
-                axis=alt.Axis(format="%"),
-                scale=alt.Scale(padding=12),  # dots at the ends stay whole
+                "band_lo:Q",
+                title="Latest / previous median (ratio, log scale)",
+                scale=x_scale,
+                axis=alt.Axis(
+                    values=list(RATIO_TICKS), labelExpr="format(datum.value, '~g') + '×'"
+                ),
             ),
-            x2="noise_hi:Q",
+            x2="band_hi:Q",
         )
+    )
+    rule = (
+        alt.Chart(change)
+        .transform_aggregate(n="count()")
+        .transform_calculate(one="1")
+        .mark_rule(color="#888")
+        .encode(x=alt.X("one:Q", scale=x_scale))
+    )
+    beyond = (
+        f"datum.ratio > {hi} ? {json.dumps(SLOWER_BEYOND)} : "
+        f"datum.ratio < {lo} ? {json.dumps(FASTER_BEYOND)} : {json.dumps(WITHIN)}"
     )
     dots = (
         alt.Chart(with_time_text(change, "previous_s", "latest_s"))
-        .mark_point(filled=True, size=60)
+        .transform_calculate(shown=clamp % "datum.ratio", beyond=beyond)
+        .mark_point(filled=True, size=70, opacity=0.9)
         .encode(
             y=y,
-            x="rel_change:Q",
+            x=alt.X("shown:Q", scale=x_scale),
             color=alt.Color(
                 "verdict:N",
                 title="change",
@@ -121,10 +191,20 @@ def change_chart(change: pd.DataFrame):
                     range=["#e45756", "#54a24b", "#888"],
                 ),
             ),
+            shape=alt.Shape(
+                "beyond:N",
+                title="ratio",
+                scale=alt.Scale(
+                    domain=[WITHIN, SLOWER_BEYOND, FASTER_BEYOND],
+                    range=["circle", "triangle-right", "triangle-left"],
+                ),
+                legend=alt.Legend(labelLimit=300),
+            ),
             tooltip=[
                 alt.Tooltip("label:N", title="configuration"),
                 alt.Tooltip("previous_s_text:N", title="previous median"),
                 alt.Tooltip("latest_s_text:N", title="latest median"),
+                alt.Tooltip("ratio:Q", title="latest / previous (×)", format=".3~g"),
                 alt.Tooltip("rel_change:Q", title="change", format="+.1%"),
                 alt.Tooltip("noise_hi:Q", title="noise band (±)", format=".1%"),
                 alt.Tooltip("previous_run:N", title="previous run"),
@@ -133,4 +213,6 @@ def change_chart(change: pd.DataFrame):
             ],
         )
     )
-    return alt.layer(band, dots).properties(width=WIDTH - 200, height=max(60, 16 * len(change)))
+    return alt.layer(band, rule, dots).properties(
+        width=WIDTH - 200, height=max(60, 16 * len(change))
+    )

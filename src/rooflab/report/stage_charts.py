@@ -48,7 +48,12 @@ def stage_bounds_chart(stages: pd.DataFrame, name: str):
         alt.Chart(frame)
         .mark_bar()
         .encode(
-            x=alt.X("start_us:Q", title="Time (μs)"),
+            x=alt.X(
+                "start_us:Q",
+                title="Time (μs)",
+                # few ticks, printed short: "57,766.2" labels no longer run into each other
+                axis=alt.Axis(tickCount=6, format=",.4~r", labelOverlap="greedy"),
+            ),
             x2="finish_us:Q",
             y=alt.Y("stage:N", sort=order, title="Stage"),
             color=alt.Color(
@@ -66,23 +71,34 @@ def stage_bounds_chart(stages: pd.DataFrame, name: str):
         )
     )
     first = frame.iloc[0]
-    bounds = pd.DataFrame(
-        [
-            {"bound": "critical path", "us": first.critical_path_us},
-            {"bound": "aggregate", "us": first.aggregate_us},
+    critical, aggregate = first.critical_path_us, first.aggregate_us
+    if _coincide(critical, aggregate):
+        bounds = [{"bound": "critical path = aggregate", "us": critical}]
+        subtitle = (
+            f"critical path and aggregate bounds coincide at {critical:,.1f} μs (the dashed "
+            "line): the stages' dependencies cost nothing over the aggregate bound"
+        )
+    else:
+        bounds = [
+            {"bound": "critical path", "us": critical},
+            {"bound": "aggregate", "us": aggregate},
         ]
-    )
+        subtitle = (
+            f"critical path {critical:,.1f} μs, aggregate {aggregate:,.1f} μs (dashed lines); "
+            "the lower bound is the larger of the two"
+        )
     rules = (
-        alt.Chart(bounds)
+        alt.Chart(pd.DataFrame(bounds))
         .mark_rule(strokeDash=[6, 3], color="black")
         .encode(x="us:Q", tooltip=[alt.Tooltip("bound:N"), alt.Tooltip("us:Q", format=",.1f")])
-    )
-    subtitle = (
-        f"critical path {first.critical_path_us:,.1f} μs, aggregate {first.aggregate_us:,.1f} μs "
-        "(dashed lines); the lower bound is the larger of the two"
     )
     return alt.layer(bars, rules).properties(
         width=WIDTH,
         height=40 + 28 * len(frame),
         title=alt.Title(f"{name} (measured ceilings: {first.ceilings})", subtitle=subtitle),
     )
+
+
+def _coincide(a: float, b: float) -> bool:
+    """Two bounds the chart cannot tell apart: equal to the 0.1 μs it prints, or to 1e-9."""
+    return f"{a:,.1f}" == f"{b:,.1f}" or abs(a - b) <= 1e-9 * max(abs(a), abs(b))

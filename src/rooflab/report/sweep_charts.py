@@ -3,10 +3,12 @@ weight-reuse charts of a GEMM sweep (time and efficiency against M)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rooflab.report.axes import SECONDS_AXIS, WIDTH, bytes_label, with_time_text
 from rooflab.report.labels import LABEL_CHAR_PX
+from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,11 +24,58 @@ def cache_marks(capacities: pd.DataFrame) -> list[dict]:
     ]
 
 
+# A size in binary units, as bytes_label writes it: "256 KiB", "2 MiB"
+BINARY_LABEL_EXPR = (
+    "datum.value >= 1073741824 ? format(datum.value / 1073741824, '~g') + ' GiB' : "
+    "datum.value >= 1048576 ? format(datum.value / 1048576, '~g') + ' MiB' : "
+    "datum.value >= 1024 ? format(datum.value / 1024, '~g') + ' KiB' : "
+    "format(datum.value, '~g') + ' B'"
+)
+
+
+def binary_ticks(lo: float, hi: float, most: int = 9) -> list[int]:
+    """Powers of two from `lo` to `hi` (bytes), every 2**step-th where step is the smallest that
+    keeps `most` ticks or fewer, the exponents multiples of the step (1 KiB, 8 KiB, 64 KiB, ...)."""
+    first, last = math.ceil(math.log2(max(lo, 1))), math.floor(math.log2(max(hi, 1)))
+    for step in range(1, 11):
+        exponents = [e for e in range(first, last + 1) if e % step == 0]
+        if len(exponents) <= most:
+            return [2**e for e in exponents]
+    return [2**e for e in range(first, last + 1, 10)]
+
+
+def best_kernel_note(ceilings: pd.DataFrame) -> str:
+    """One sentence where a level's `read` ceiling sits below another kernel's (rows of view
+    ceiling_summary: the best kernel per level, with the read kernel's value beside it): which
+    kernel is best on which level, and that the level's ceiling is that kernel's."""
+    if "read_value" not in ceilings:
+        return ""
+    below = ceilings[
+        (ceilings.kind == "bandwidth")
+        & ceilings.read_value.notna()
+        & (ceilings.kernel != "read")
+        & (ceilings.read_value < ceilings.value)
+    ]
+    if below.empty:
+        return ""
+    levels = "; ".join(
+        f"on {r.name}, {r.kernel} ({format_quantity(r.value, 'byte_rate', 3)}) beats read "
+        f"({format_quantity(r.read_value, 'byte_rate', 3)})"
+        for r in below.itertuples()
+    )
+    return (
+        f" The read kernel is not the fastest everywhere: {levels}; each level's ceiling, and "
+        "its roof on the Roofline, is its best kernel's."
+    )
+
+
 def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[dict]):
     import altair as alt
     import pandas as pd
 
     x_scale = alt.Scale(type="log", nice=False)
+    sizes = list(sweep.working_set_bytes) + [c["x"] for c in capacities]
+    ticks = binary_ticks(min(sizes), max(sizes)) if sizes else []
     layers = []
     if not plateaus.empty:
         layers.append(
@@ -43,6 +92,7 @@ def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[di
             .mark_text(baseline="top", dy=4, fontSize=11, color="#4c78a8")
             .encode(x=alt.X("mid:Q", scale=x_scale), y=alt.value(0), text="level:N")
         )
+    sweep = sweep.assign(working_set_binary=[bytes_label(b) for b in sweep.working_set_bytes])
     layers.append(
         alt.Chart(sweep)
         .mark_line(point=True)
@@ -50,13 +100,14 @@ def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[di
             x=alt.X(
                 "working_set_bytes:Q",
                 scale=x_scale,
-                title="Working set (bytes)",
-                axis=alt.Axis(format="~s"),
+                title="Working set (bytes, binary units)",
+                axis=alt.Axis(values=ticks, labelExpr=BINARY_LABEL_EXPR, labelOverlap=True),
             ),
             y=alt.Y("gb_per_s:Q", title="Bandwidth (GB/s)"),
             color=alt.Color("kernel:N", title="kernel"),
             tooltip=[
                 alt.Tooltip("kernel:N"),
+                alt.Tooltip("working_set_binary:N", title="working set"),
                 alt.Tooltip("working_set_bytes:Q", title="working set (B)", format=",d"),
                 alt.Tooltip("gb_per_s:Q", title="bandwidth (GB/s)", format=".1f"),
                 alt.Tooltip("level:N", title="plateau"),
@@ -145,7 +196,7 @@ def reuse_time_chart(data: pd.DataFrame, sweep: str):
             column=alt.Column("cache_state:N", title="cache state"),
         )
         .resolve_scale(y="independent")
-        .properties(title=f"sweep {sweep}: median time and time per row vs M")
+        .properties(title=f"Sweep {sweep}: median time and time per row vs M")
     )
 
 
@@ -174,5 +225,5 @@ def reuse_efficiency_chart(data: pd.DataFrame, sweep: str):
         )
         .properties(width=REUSE_PANEL_SIZE[0], height=REUSE_PANEL_SIZE[1])
         .facet(column=alt.Column("cache_state:N", title="cache state"))
-        .properties(title=f"sweep {sweep}: efficiency vs M")
+        .properties(title=f"Sweep {sweep}: efficiency vs M")
     )

@@ -15,6 +15,7 @@ from rooflab.store.connection import (
     connect_read_only,
     query,
     read_view,
+    split_statements,
 )
 from rooflab.store.views import VIEWS_SQL
 from rooflab.store.writer import DEFAULT_RESULTS, IngestReport, RunsSetAside, ingest, rebuild
@@ -34,4 +35,5 @@ __all__ = [
     "query",
     "read_view",
     "rebuild",
+    "split_statements",
 ]

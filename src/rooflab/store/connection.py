@@ -3,7 +3,8 @@
 Locks (found by experiment with DuckDB 2.0.1): a process that has the file open read-write blocks
 every other process, readers included; a process that has it open read-only blocks writers (ingest,
 rebuild) but not other readers. So an open `duckdb -readonly results/rooflab.duckdb` shell stops
-ingest until it is closed, while `rooflab query` holds the file only for one query.
+ingest until it is closed, while `rooflab query` and `rooflab sql` hold the file only while one
+statement runs.
 
 duckdb and pyarrow are imported inside the functions: the CLI imports the store for StoreError on
 every command, and importing them takes about 0.35 s.
@@ -104,7 +105,9 @@ def _locked_message(
             f"opened without -readonly); {action} waited {waited_s:g} s. Run it again when that "
             "process has finished or closed the file."
         )
-    read_hint = 'use `rooflab query "SQL"`, which holds the file only while one query runs'
+    read_hint = (
+        'use `rooflab sql` or `rooflab query "SQL"`, which hold the file only while one query runs'
+    )
     # DuckDB adds this sentence when the holder has the file open read-only.
     if "able to open this database in read-only mode" in error:
         return (
@@ -115,9 +118,9 @@ def _locked_message(
         )
     return (
         f"{db_path} is locked by another process{holder} that has it open for writing; {action} "
-        f"waited {waited_s:g} s. Close that session and run again. To look at results, open the "
-        f"store read-only instead: `duckdb -readonly {db_path}` (close it before the next "
-        f"ingest: it blocks writers while open) or {read_hint}."
+        f"waited {waited_s:g} s. Close that session and run again. To look at results, "
+        f"{read_hint}; a `duckdb -readonly {db_path}` shell also reads it, but blocks writers "
+        "until it is closed."
     )
 
 
@@ -144,10 +147,12 @@ def query(
     db_path: str | Path,
     sql: str,
     *,
+    params: list | None = None,
     as_pandas: bool = False,
     lock_timeout_s: float = 10.0,
 ) -> pa.Table | pd.DataFrame:
-    """Run `sql` on a read-only connection; the result as a pyarrow Table (or pandas DataFrame).
+    """Run `sql` (with `?` placeholders bound to `params`) on a read-only connection; the result
+    as a pyarrow Table (or pandas DataFrame).
 
     The store only: SQL that would read or write another file, change the store or change a
     setting raises QueryRefused, and nothing of it happens."""
@@ -156,7 +161,7 @@ def query(
 
     connection = connect_read_only(db_path, lock_timeout_s=lock_timeout_s)
     try:
-        relation = connection.sql(sql)
+        relation = connection.sql(sql, params=params)
         result = relation.to_arrow_table() if relation is not None else pa.table({})
     except duckdb.Error as error:
         refused = _refusal(error)
@@ -166,6 +171,17 @@ def query(
     finally:
         connection.close()
     return result.to_pandas() if as_pandas else result
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of a script, as DuckDB's parser splits them (a `;` inside a string or a
+    comment does not end one); QueryError when it cannot be parsed."""
+    import duckdb
+
+    try:
+        return [statement.query for statement in duckdb.extract_statements(sql)]
+    except duckdb.Error as error:
+        raise QueryError(f"query failed: {_one_line(error)}") from None
 
 
 _QUOTED = re.compile(r'"([^"]*)"')

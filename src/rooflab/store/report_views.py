@@ -59,7 +59,9 @@ REPORT_VIEWS_SQL = {
     # The summary's ceilings: per machine and backend, the best kernel per bandwidth level and
     # every compute path of the latest ceilings run (value in `unit`, B/s or FLOP/s), with the
     # windows its value used (n_windows; iqr_ratio of their rates) and, for FMA paths, the lowest
-    # and highest median of its rounds (rounds_min, rounds_max, in `unit`).
+    # and highest median of its rounds (rounds_min, rounds_max, in `unit`); for a bandwidth level,
+    # read_value is the `read` kernel's ceiling on it (B/s; null where no read kernel ran), which
+    # sits below `value` where another kernel was faster on the level.
     "ceiling_summary": """
         WITH ceiling AS (
             SELECT machine_id, backend, run_id, config_id, kind, name, kernel, dtype, value, unit,
@@ -92,12 +94,20 @@ REPORT_VIEWS_SQL = {
         )
         SELECT c.machine_id, c.backend, c.kind, c.name, c.kernel, c.dtype, c.value, c.unit,
                c.working_set_min_bytes, c.working_set_max_bytes, c.n_points, w.n_windows,
-               w.iqr_ratio, r.rounds_min, r.rounds_max, c.disturbed, c.disturbance
+               w.iqr_ratio, r.rounds_min, r.rounds_max, c.disturbed, c.disturbance,
+               k.read_value
         FROM ceiling AS c
         LEFT JOIN windows AS w USING (run_id, config_id)
         LEFT JOIN rounds AS r
             ON r.run_id = c.run_id
            AND r.family = regexp_replace(c.config_id, '/round[0-9]+$', '')
+        LEFT JOIN (
+            SELECT machine_id, backend, name, max(value) AS read_value
+            FROM latest_ceilings WHERE kind = 'bandwidth' AND kernel = 'read'
+            GROUP BY machine_id, backend, name
+        ) AS k
+            ON c.kind = 'bandwidth' AND k.machine_id = c.machine_id AND k.backend = c.backend
+           AND k.name = c.name
     """,
     # Per machine and backend, the configurations whose newest correctness check failed: one row
     # per failed metric (error and tolerance, relative).
@@ -109,8 +119,10 @@ REPORT_VIEWS_SQL = {
     # The Roofline's points: per machine, backend, configuration and cache state, the newest
     # run's model-bytes point (roofline_points columns; intensity FLOP/B, rates FLOP/s, times s),
     # with the timing's flags (noisy, disturbed, `judged` false for runs of an older rooflab,
-    # disturbance as text), iqr_ratio, and the clock range of its samples in MHz. A configuration
-    # whose newest check failed is not drawn, even if an older run timed it.
+    # disturbance as text), iqr_ratio, and the clock range of its samples in MHz; started_at, the
+    # start of its run; above_roof, whether it beat its own roof (achieved over attainable,
+    # efficiency > 1). A configuration whose newest check failed is not drawn, even if an older
+    # run timed it.
     "latest_model_points": f"""
         WITH latest AS (
             SELECT p.*, r.backend, r.started_at
@@ -128,7 +140,8 @@ REPORT_VIEWS_SQL = {
         SELECT l.machine_id, l.backend, l.config_id, l.cache_state, l.sweep, l.m, l.n, l.k,
                l.dtype, l.layout, l.level, l.intensity, l.median_s, l.achieved_flops_per_s,
                l.attainable_flops_per_s, l.efficiency, l.limiter, l.bound_s, l.run_id,
-               l.compute_path, l.q_source,
+               l.compute_path, l.q_source, l.started_at,
+               l.achieved_flops_per_s > l.attainable_flops_per_s AS above_roof,
                coalesce(g.noisy, false) AS noisy,
                coalesce(g.disturbed, false) AS disturbed,
                g.disturbed IS NOT NULL AS judged,
@@ -292,9 +305,40 @@ REPORT_VIEWS_SQL = {
     # The conditions chart: per machine and backend, one row per quantity (clock in GHz,
     # temperature in °C, power in W), run and time bucket (TIME_BUCKETS over the machine's whole
     # span): the bucket's first time, median, min and max, readings, and its phase and
-    # configuration (or 'several').
+    # configuration (or 'several'); `nominal`, the machine's nominal value of the quantity in the
+    # same unit (its newest run's description: the GPU's max SM clock and enforced power limit
+    # from NVML, or the base clock a CPU's model name states, "… @ 2.40GHz"; null where it
+    # records none), and `nominal_from`, where that figure comes from.
     "condition_readings": f"""
-        WITH readings AS (
+        WITH machines AS (
+            SELECT machine_id, backend, CASE WHEN json_valid(m) THEN m END AS m
+            FROM (
+                SELECT machine_id, backend, arg_max(machine, started_at) AS m
+                FROM runs GROUP BY machine_id, backend
+            )
+        ),
+        nominal AS (
+            SELECT machine_id, backend, 'clock (GHz)' AS quantity,
+                   coalesce(gpu_mhz / 1000, cpu_ghz) AS nominal,
+                   CASE WHEN gpu_mhz IS NOT NULL THEN 'GPU max SM clock (NVML)'
+                        WHEN cpu_ghz IS NOT NULL THEN 'CPU base clock (its model name)'
+                   END AS nominal_from
+            FROM (
+                SELECT machine_id, backend,
+                       try_cast(json_extract_string(m, '$.gpu.max_clock_sm_mhz') AS DOUBLE)
+                           AS gpu_mhz,
+                       try_cast(regexp_extract(
+                           json_extract_string(m, '$.cpu_model'), '@\\s*([0-9.]+)\\s*GHz', 1
+                       ) AS DOUBLE) AS cpu_ghz
+                FROM machines
+            )
+            UNION ALL
+            SELECT machine_id, backend, 'power (W)',
+                   try_cast(json_extract_string(m, '$.gpu.power_limit_w') AS DOUBLE),
+                   'GPU power limit (NVML)'
+            FROM machines
+        ),
+        readings AS (
             SELECT r.machine_id, r.backend, c.t, c.phase, c.config_id,
                    r.kind || coalesce(' ' || r.sweep, '') AS kind, r.run_id AS run,
                    unnest([
@@ -316,13 +360,18 @@ REPORT_VIEWS_SQL = {
                CASE WHEN count(DISTINCT phase) = 1 THEN any_value(phase)
                     ELSE 'several' END AS phase,
                CASE WHEN count(DISTINCT config_id) <= 1 THEN any_value(config_id)
-                    ELSE 'several' END AS config_id
+                    ELSE 'several' END AS config_id,
+               any_value(n.nominal) AS nominal,
+               CASE WHEN any_value(n.nominal) IS NOT NULL THEN any_value(n.nominal_from)
+               END AS nominal_from
         FROM readings JOIN span USING (machine_id, backend)
+        LEFT JOIN nominal AS n USING (machine_id, backend, quantity)
         WHERE value IS NOT NULL
         GROUP BY machine_id, backend, quantity, kind, run, floor((epoch(t) - t0) / width)
     """,
     # The change chart: per machine, backend, configuration and cache state with two runs, the
-    # median (s) of the newest and the one before, the relative change, the noise band (± half
+    # median (s) of the newest and the one before, their ratio (latest / previous: 2 is twice as
+    # slow), the relative change (ratio - 1), the noise band (± half
     # the larger IQR / median), which of the two runs was disturbed, and the verdict (slower,
     # faster, within noise).
     "median_changes": """
@@ -337,7 +386,7 @@ REPORT_VIEWS_SQL = {
         )
         SELECT a.machine_id, a.backend, a.config_id || ' · ' || a.cache_state AS label,
                b.median_s AS previous_s, a.median_s AS latest_s,
-               a.median_s / b.median_s - 1 AS rel_change,
+               a.median_s / b.median_s AS ratio, a.median_s / b.median_s - 1 AS rel_change,
                greatest(a.iqr_ratio, b.iqr_ratio) / 2 AS noise_hi,
                -greatest(a.iqr_ratio, b.iqr_ratio) / 2 AS noise_lo,
                b.run_id AS previous_run, a.run_id AS latest_run,

@@ -30,6 +30,38 @@ VIEWS_SQL = {
             ORDER BY r.started_at DESC, g.run_id DESC
         ) = 1
     """,
+    # Per machine, backend, configuration, cache state, level and bytes source (q_source: model,
+    # counters), the Roofline point of the newest run that timed it: after a rerun
+    # `roofline_points` holds the points of every run, this view the newest only (columns as
+    # roofline_points: intensity FLOP/B, rates FLOP/s, times s; host, device and the timing
+    # run's start added).
+    "latest_roofline_points": """
+        SELECT p.machine_id, r.backend, r.host, r.device_name, r.started_at,
+            p.* EXCLUDE (machine_id)
+        FROM roofline_points AS p
+        JOIN runs AS r USING (run_id)
+        QUALIFY row_number() OVER (
+            PARTITION BY p.machine_id, r.backend, p.config_id, p.cache_state, p.level,
+                coalesce(p.q_source, 'model')
+            ORDER BY r.started_at DESC, p.run_id DESC, p.counters_run_id DESC NULLS LAST
+        ) = 1
+    """,
+    # One row per ceiling and condition reading taken for it (before, after and during its
+    # measurement), so a ceiling joins its conditions: an FMA round's or library GEMM's readings
+    # carry the ceiling's own config_id (fma/fp64/round1, blas/fp64/n2048); a bandwidth ceiling's
+    # config_id names its sweep point (stream/triad/ws170895360) while the readings name the
+    # kernel's whole sweep (stream/triad), read before and after all its points. Clock in GHz
+    # (cpu_ghz_measured) or MHz (sm_clock_mhz, mem_clock_mhz), temp_c in °C, power_w in W.
+    "ceiling_conditions": """
+        SELECT r.machine_id, r.backend, c.run_id, c.kind, c.name, c.kernel, c.value, c.unit,
+            c.config_id, k.config_id AS conditions_config_id,
+            k.* EXCLUDE (run_id, config_id)
+        FROM ceilings AS c
+        JOIN runs AS r USING (run_id)
+        JOIN conditions AS k
+          ON k.run_id = c.run_id
+         AND k.config_id IN (c.config_id, regexp_replace(c.config_id, '/ws[0-9]+$', ''))
+    """,
     # One row per machine and backend: what a cluster campaign ran where. Each machine's points are
     # computed against its own ceilings only (roofline.py), so this is also the list of Rooflines.
     "machine_summary": """

@@ -1,0 +1,173 @@
+"""The points of a Roofline (view latest_model_points): each in the colour of the roof it is
+judged against with a dotted guide up to it, shaped by its sweep, sized by its M, filled for a warm
+cache and hollow for a cold one; a triangle around each point above its roof; and the chart's
+title, which names the machine and the runs so that a PNG stands alone."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+from rooflab.report.labels import GUIDE_COST
+from rooflab.vocabulary import CacheState
+
+if TYPE_CHECKING:
+    import altair as alt
+    import pandas as pd
+
+ABOVE_LABEL = "above its roof (achieved > attainable)"
+ABOVE_COLOUR = "#000"
+UNKNOWN_ROOF = "no roof measured for it"
+FILLED_STATES = (CacheState.WARM.value, CacheState.COLD.value)  # filled, hollow
+FILL_KEY = "sweep (filled: warm cache, hollow: cold)"
+SWEEP_SHAPES = ("circle", "square", "diamond", "triangle-down", "cross", "triangle-left")
+
+
+def judged_against(points: pd.DataFrame, texts: dict) -> list[str | None]:
+    """The label of the roof each point is judged against: its level's bandwidth roof where it
+    is memory-bound, its compute path's roof where compute-bound (view latest_model_points)."""
+    rows = points.to_dict("records")
+    return [
+        texts.get(row.get("level") if row.get("limiter") == "memory" else row.get("compute_path"))
+        for row in rows
+    ]
+
+
+def roofline_title(scope: dict, points: pd.DataFrame) -> dict:
+    """What a PNG of the chart needs to stand alone: the machine, and the runs with their dates."""
+    lines = []
+    if scope.get("ceilings_run_id"):
+        lines.append(
+            f"ceilings: run {scope['ceilings_run_id']} ({_utc(scope.get('last_ceilings'))})"
+        )
+    if len(points) and "run_id" in points:
+        newest = points.sort_values(
+            ["started_at", "run_id"] if "started_at" in points else "run_id"
+        )
+        run = newest.iloc[-1]
+        runs = points.run_id.nunique()
+        lines.append(
+            f"points: the newest run of each configuration ({runs} run{'s' * (runs > 1)}; "
+            f"newest {run.run_id}, {_utc(run.get('started_at'))})"
+        )
+        lines.append(
+            "colour: the roof a point is judged against (dotted up to it); shape: sweep; "
+            "size: M; filled: warm cache, hollow: cold"
+        )
+    return {
+        "text": f"Roofline: {scope['host']} · {scope['device_name']} ({scope['backend']})",
+        "subtitle": lines,
+    }
+
+
+def _utc(when) -> str:
+    import pandas as pd
+
+    if when is None or (not isinstance(when, str) and pd.isna(when)):
+        return "date not recorded"
+    stamp = pd.Timestamp(when)
+    stamp = stamp.tz_convert("UTC") if stamp.tzinfo else stamp
+    return f"{stamp:%Y-%m-%d %H:%M} UTC"
+
+
+def guides(points: pd.DataFrame) -> list:
+    """The dotted line from each point to its roof, as a segment in data units."""
+    if "attainable_flops_per_s" not in points:
+        return []
+    return [
+        ((r.intensity, r.achieved_flops_per_s), (r.intensity, r.attainable_flops_per_s), GUIDE_COST)
+        for r in points.itertuples()
+        if r.intensity > 0 and r.achieved_flops_per_s > 0 and r.attainable_flops_per_s > 0
+    ]
+
+
+def above_marks(pts: pd.DataFrame, x, y, flag_scale) -> alt.Chart:
+    """A triangle around each point above its roof, with its legend entry."""
+    import altair as alt
+
+    return (
+        alt.Chart(pts)
+        .transform_filter("datum.above_roof")
+        .transform_calculate(flag=json.dumps(ABOVE_LABEL))
+        .mark_point(shape="triangle-up", size=420, filled=False, strokeWidth=2)
+        .encode(
+            x=x,
+            y=y,
+            stroke=alt.Stroke(
+                "flag:N", title="measurement", scale=flag_scale, legend=alt.Legend(labelLimit=400)
+            ),
+            tooltip=[
+                alt.Tooltip("config_id:N", title="config"),
+                alt.Tooltip("cache_state:N", title="cache state"),
+                alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
+                alt.Tooltip("roof:N", title="judged against"),
+            ],
+        )
+    )
+
+
+def point_layer(pts: pd.DataFrame, x, y, roof_scale) -> alt.Chart:
+    """The points: colour the roof each is judged against, shape its sweep, size its M, filled
+    for a warm cache and hollow for a cold one."""
+    import altair as alt
+
+    tooltip = [
+        alt.Tooltip("config_id:N", title="config"),
+        alt.Tooltip("sweep:N", title="sweep"),
+        alt.Tooltip("dtype:N", title="dtype"),
+        alt.Tooltip("cache_state:N", title="cache state"),
+        alt.Tooltip("m:Q", title="M"),
+        alt.Tooltip("n:Q", title="N"),
+        alt.Tooltip("k:Q", title="K"),
+        alt.Tooltip("median_s_text:N", title="median time"),
+        alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".1%"),
+        alt.Tooltip("clock_min_mhz:Q", title="clock min during samples (MHz)", format=".0f"),
+        alt.Tooltip("clock_max_mhz:Q", title="clock max during samples (MHz)", format=".0f"),
+        alt.Tooltip("achieved_flops_per_s:Q", title="achieved (FLOP/s)", format=".3~s"),
+        alt.Tooltip("attainable_flops_per_s:Q", title="attainable (FLOP/s)", format=".3~s"),
+        alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
+        alt.Tooltip("roof:N", title="judged against"),
+        alt.Tooltip("limiter:N", title="limiter"),
+        alt.Tooltip("level:N", title="level"),
+        alt.Tooltip("compute_path:N", title="compute path"),
+        alt.Tooltip("intensity:Q", title="intensity (FLOP/byte)", format=".3~g"),
+        alt.Tooltip("q_source:N", title="bytes from (q_source)"),
+        alt.Tooltip("disturbance:N", title="disturbed by other processes"),
+        alt.Tooltip("run_id:N", title="run"),
+    ]
+    ms = sorted({int(m) for m in pts.get("m", []) if m == m and m > 0})
+    size = (
+        alt.Size(
+            "m:Q",
+            title="M (rows of X)",
+            scale=alt.Scale(type="log", range=[30, 320]),
+            legend=alt.Legend(values=ms if len(ms) <= 5 else ms[:: math.ceil(len(ms) / 5)]),
+        )
+        if len(ms) > 1
+        else alt.value(90)
+    )
+    return (
+        alt.Chart(pts)
+        .mark_point(strokeWidth=1.6, opacity=0.95)
+        .encode(
+            x=x,
+            y=y,
+            color=alt.Color("roof:N", scale=roof_scale, legend=None),
+            fill=alt.Fill("roof:N", scale=roof_scale, legend=None),
+            # Vega-Lite draws no legend for fill opacity: the sweep's legend says it
+            fillOpacity=alt.FillOpacity(
+                "cache_state:N",
+                scale=alt.Scale(domain=list(FILLED_STATES), range=[0.85, 0.0]),
+                legend=None,
+            ),
+            shape=alt.Shape(
+                "sweep:N",
+                title=FILL_KEY,
+                scale=alt.Scale(range=list(SWEEP_SHAPES)),
+                legend=alt.Legend(titleLimit=400),
+            ),
+            size=size,
+            tooltip=tooltip,
+        )
+    )
