@@ -12,6 +12,7 @@ MAX_LINES = 500
 # A layer (the first name under rooflab) may import
 # the layers listed, and `model`, `units` (pure arithmetic) and `vocabulary` from anywhere.
 ALLOWED = {
+    "": {"workloads"},  # rooflab/__init__: the public `from rooflab import Workload`
     "__main__": {"cli"},
     "cli": {
         "backends",
@@ -23,12 +24,21 @@ ALLOWED = {
         "report",
         "roofline",
         "store",
+        "workloads",
     },
     "workflow": {"records", "progress"},
     "report": {"store"},
     "store": {"records"},
     "roofline": {"records", "counters", "config", "devices", "machine"},
-    "experiments": {"backends", "conditions", "records", "counters", "config", "progress"},
+    "experiments": {
+        "backends",
+        "conditions",
+        "records",
+        "counters",
+        "config",
+        "progress",
+        "workloads",
+    },
     "counters": {"backends"},
     "backends": {"conditions", "machine"},
     "conditions": {"machine"},
@@ -37,6 +47,7 @@ ALLOWED = {
     "machine": set(),
     "records": set(),
     "progress": set(),
+    "workloads": set(),
     "model": set(),
     "units": set(),
     "vocabulary": set(),

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from rooflab.backends.base import LocalCache, Workload
+from rooflab.backends.base import CeilingLoad, LocalCache
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import ConfigError, validate_config
 from rooflab.experiments.ceiling_plan import (
@@ -200,7 +200,7 @@ class PerCoreL1Backend(CpuBackend):
         )
         self.local_cache = LocalCache("L1", l1d, "read_local", "the L1d of one core")
 
-    def local_cache_workload(self, working_set_bytes: int, threads: int) -> Workload:
+    def local_cache_workload(self, working_set_bytes: int, threads: int) -> CeilingLoad:
         shared = self.stream_workload("read", working_set_bytes * threads, threads)
         return replace(shared, working_set_bytes=shared.amount_per_unit // threads)
 

@@ -43,8 +43,9 @@ class GemmOperands:
 
 
 @dataclass(frozen=True)
-class Workload:
-    """A repeatable piece of work: `run(count)` does `count` units inside one timed call."""
+class CeilingLoad:
+    """A ceiling kernel's repeatable load: `run(count)` does `count` units inside one timed call
+    (the public `rooflab.Workload` is a user's kernel; this is the ceilings' own)."""
 
     run: Callable[[int], object]
     amount_per_unit: int  # bytes (bandwidth) or FLOP (compute) per unit
@@ -134,12 +135,12 @@ class Backend(ABC):
     def to_host(self, array: Any): ...
 
     @abstractmethod
-    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> Workload: ...
+    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad: ...
 
     @abstractmethod
-    def fma_workload(self, dtype: str, threads: int) -> Workload: ...
+    def fma_workload(self, dtype: str, threads: int) -> CeilingLoad: ...
 
-    def local_cache_workload(self, working_set_bytes: int, threads: int) -> Workload:
+    def local_cache_workload(self, working_set_bytes: int, threads: int) -> CeilingLoad:
         """Every SM reads the same `working_set_bytes` over and over; amount: all SMs' reads."""
         raise BackendError(f"backend {self.name} has no separate local-cache sweep")
 

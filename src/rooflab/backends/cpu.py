@@ -19,7 +19,7 @@ import numpy as np
 
 from rooflab import machine
 from rooflab.backends import cpu_kernels
-from rooflab.backends.base import Backend, BackendError, GemmOperands, Workload
+from rooflab.backends.base import Backend, BackendError, CeilingLoad, GemmOperands
 from rooflab.backends.random_operands import random_nonzero
 from rooflab.conditions import cpu as cpu_conditions
 
@@ -155,17 +155,17 @@ class CpuBackend(Backend):
     def to_host(self, array):
         return array
 
-    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> Workload:
+    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad:
         arrays = cpu_kernels.allocate_stream(kernel, working_set_bytes, threads)
         elements = sum(a.size for a in arrays) // cpu_kernels.STREAM_KERNELS[kernel]
-        return Workload(
+        return CeilingLoad(
             run=lambda reps: cpu_kernels.run_stream(kernel, arrays, reps, threads),
             amount_per_unit=elements * cpu_kernels.STREAM_BYTES_PER_ELEMENT[kernel],
             unit="B",
         )
 
-    def fma_workload(self, dtype: str, threads: int) -> Workload:
-        return Workload(
+    def fma_workload(self, dtype: str, threads: int) -> CeilingLoad:
+        return CeilingLoad(
             run=lambda iters: cpu_kernels.run_fma(dtype, iters, threads),
             amount_per_unit=cpu_kernels.fma_flops(dtype, 1, threads),
             unit="FLOP",

@@ -33,9 +33,9 @@ from rooflab import machine
 from rooflab.backends.base import (
     Backend,
     BackendError,
+    CeilingLoad,
     GemmOperands,
     LocalCache,
-    Workload,
     nvtx_name,
 )
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
@@ -400,7 +400,7 @@ class CudaBackend(Backend):
         per_sm = self._driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, BLOCK, 0)
         return max(1, min(self.sm_count * max(1, per_sm), -(-threads // BLOCK)))
 
-    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> Workload:
+    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad:
         if kernel not in self.stream_kernels:
             raise BackendError(
                 f"unknown stream kernel {kernel!r}; known: {', '.join(STREAM_ARRAYS)}"
@@ -427,14 +427,14 @@ class CudaBackend(Backend):
             with self._stream:
                 function((grid,), (BLOCK,), args)
 
-        return Workload(
+        return CeilingLoad(
             run=run,
             amount_per_unit=n * VECTOR_BYTES * STREAM_ARRAYS[kernel],
             unit="B",
             threads=grid * BLOCK,
         )
 
-    def local_cache_workload(self, working_set_bytes: int, threads: int) -> Workload:
+    def local_cache_workload(self, working_set_bytes: int, threads: int) -> CeilingLoad:
         cp = self._cp
         function = self._kernels["l1_read"]
         grid = self._grid(function, threads)
@@ -449,7 +449,7 @@ class CudaBackend(Backend):
             with self._stream:
                 function((grid,), (BLOCK,), args)
 
-        return Workload(
+        return CeilingLoad(
             run=run,
             amount_per_unit=grid * n * VECTOR_BYTES,  # every block reads all n vectors per pass
             unit="B",
@@ -457,7 +457,7 @@ class CudaBackend(Backend):
             working_set_bytes=n * VECTOR_BYTES,
         )
 
-    def fma_workload(self, dtype: str, threads: int) -> Workload:
+    def fma_workload(self, dtype: str, threads: int) -> CeilingLoad:
         if dtype not in self.fma_dtypes:
             raise BackendError(
                 f"backend cuda has no FMA kernel for {dtype!r}; known: {', '.join(self.fma_dtypes)}"
@@ -478,7 +478,7 @@ class CudaBackend(Backend):
             with self._stream:
                 function((grid,), (BLOCK,), (np.int64(iters), *constants, out))
 
-        return Workload(
+        return CeilingLoad(
             run=run,
             amount_per_unit=fma_flops_per_iteration(dtype, grid * BLOCK),
             unit="FLOP",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from rooflab import __version__
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
+from rooflab.cli.measure_workload import cmd_measure_workload
 from rooflab.cli.model import cmd_model_gemm, cmd_model_stages, int_list
 from rooflab.cli.output import INPUT_ERRORS, OneLineParser, UsageError
 from rooflab.cli.roofs import add_roof_options
@@ -24,6 +25,7 @@ from rooflab.cli.store import (
 )
 from rooflab.model import ELEMENT_BITS
 from rooflab.store import DEFAULT_DB, DEFAULT_RESULTS
+from rooflab.vocabulary import CACHE_STATES
 
 __all__ = ["build_parser", "main"]
 
@@ -91,6 +93,34 @@ def build_parser() -> argparse.ArgumentParser:
     counters.add_argument(
         "--timing", required=True, help="the sweep's timing run folder (rooflab measure gemm)"
     )
+    workload = measure_commands.add_parser(
+        "workload", help="your own kernel: a rooflab.Workload factory (docs/workloads.md)"
+    )
+    workload.add_argument("entry", help="the factory, package.module:function")
+    workload.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUES",
+        help="a parameter and its values, comma-separated (n=1048576,16777216); repeatable",
+    )
+    workload.add_argument(
+        "--dtype", action="append", help="the case's dtype (fp32, fp64, ...); repeatable"
+    )
+    workload.add_argument(
+        "--cache-state",
+        action="append",
+        choices=CACHE_STATES,
+        help="repeatable (default: warm and cold)",
+    )
+    workload.add_argument("--name", help="the workload's name (default: the function's)")
+    workload.add_argument("--config", help="campaign config for timing settings (defaults)")
+    workload.add_argument(
+        "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
+    )
+    workload.add_argument("--out", help="folder for the run's Parquet files (default: none kept)")
+    add_format(workload)
+    workload.set_defaults(handler=cmd_measure_workload)
     ceilings.add_argument("--config", help="campaign config (default settings when omitted)")
     for command in (gemm_measure, counters):
         command.add_argument(

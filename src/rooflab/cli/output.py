@@ -15,8 +15,17 @@ from rooflab.model import ModelError
 from rooflab.records import NotWritable
 from rooflab.store import StoreError
 from rooflab.units import UNITS, UnitError, format_quantity
+from rooflab.workloads import WorkloadError
 
-INPUT_ERRORS = (UnitError, ModelError, ConfigError, BackendError, StoreError, NotWritable)
+INPUT_ERRORS = (
+    UnitError,
+    ModelError,
+    ConfigError,
+    BackendError,
+    StoreError,
+    NotWritable,
+    WorkloadError,
+)
 
 
 class UsageError(Exception):

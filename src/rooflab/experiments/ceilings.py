@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
 
-from rooflab.backends.base import Backend, Workload
+from rooflab.backends.base import Backend, CeilingLoad
 from rooflab.conditions.disturbance import (
     DisturbanceSettings,
     Verdict,
@@ -104,7 +104,7 @@ class Windows:
 
 def time_workload(
     backend: Backend,
-    workload: Workload,
+    workload: CeilingLoad,
     window_s: float,
     windows: int,
     disturbance: DisturbanceSettings | None = None,
@@ -201,7 +201,7 @@ def _run_ceilings(
     best: dict[str, tuple[tuple[bool, float], int, int, str, Verdict]] = {}
     rounds = 0
 
-    def timed(workload: Workload) -> Windows:
+    def timed(workload: CeilingLoad) -> Windows:
         return time_workload(
             backend, workload, settings.window_s, settings.windows, settings.disturbance
         )

@@ -178,6 +178,42 @@ TABLES: dict[str, pa.Schema] = {
             *_DISTURBANCE,
         ]
     ),
+    # One row per workload case (a combination of its params, in one dtype) and cache state:
+    # a user's kernel (rooflab.Workload) timed like a GEMM point. `sweep` is the workload's name;
+    # `params` its case's params as JSON; `flops` the useful FLOPs (F), `bytes_model` the declared
+    # cold-cache bytes (Q), `executed_flops` what the implementation executes (null: = flops);
+    # `same_work_as`: the workload it is another implementation of (null: none).
+    "workload_points": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("sweep", _S),
+            ("entry", _S),
+            ("params", _S),
+            ("dtype", _S),
+            ("same_work_as", _S),
+            ("cache_state", _S),
+            ("n_samples", _I),
+            ("median_s", _F),
+            ("p25_s", _F),
+            ("p75_s", _F),
+            ("min_s", _F),
+            ("flops", _I),
+            ("bytes_model", _I),
+            ("executed_flops", _I),
+            ("achieved_flops_per_s", _F),
+            ("noisy", _B),
+            ("flush_method", _S),
+            ("flush_bytes", _I),
+            ("sm_clock_min_mhz", _F),
+            ("sm_clock_max_mhz", _F),
+            ("clock_moved", _B),
+            ("clock_capped", _B),
+            ("clock_events", _S),
+            ("threads", _I),
+            *_DISTURBANCE,
+        ]
+    ),
     "correctness": pa.schema(
         [
             ("run_id", _S),

@@ -1,0 +1,202 @@
+"""A user's workload (rooflab.Workload), measured: every case (one combination of its params, in one
+dtype) built by its factory, checked against the factory's own reference, then timed per cache
+state with the same discipline as a GEMM point (warm-up by time, samples, the flush for cold,
+conditions around each, disturbance judged). A case whose check fails is recorded and not timed.
+Bad input (an entry that does not import, a factory that raises or returns something else, a
+ledger that is not a positive integer, a check that returns NaN) is one WorkloadError naming the
+workload and the case; nothing of the run is returned."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+
+import numpy as np
+
+from rooflab.backends.base import Backend
+from rooflab.conditions.disturbance import add_gpu_processes
+from rooflab.conditions.nvml import clock_flags
+from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
+from rooflab.experiments.timing import TimingSettings, measure, sample_rows
+from rooflab.progress import Progress
+from rooflab.records import new_run_id, utc_now
+from rooflab.vocabulary import CacheState
+from rooflab.workloads import (
+    Case,
+    Context,
+    Workload,
+    WorkloadError,
+    cases,
+    check_error,
+    checked,
+    load_entry,
+)
+
+# The dtype names a workload case may have, as numpy dtypes (ctx.dtype).
+NUMPY_DTYPES = {
+    "fp64": "float64",
+    "fp32": "float32",
+    "fp16": "float16",
+    "int64": "int64",
+    "int32": "int32",
+}
+
+
+def case_seed(case: Case, seed: int = 0) -> int:
+    """A seed per case, stable across runs and machines."""
+    return zlib.crc32(f"{seed}/{case.config_id}".encode())
+
+
+def build_case(factory, case: Case, backend: Backend, seed: int = 0) -> Workload:
+    """The factory's Workload for one case, checked; one WorkloadError naming the case."""
+    if case.dtype not in NUMPY_DTYPES:
+        known = ", ".join(NUMPY_DTYPES)
+        raise WorkloadError(f"{case.config_id}: unknown dtype {case.dtype!r}; known: {known}")
+    context = Context(
+        xp=backend.array_module,
+        dtype=np.dtype(NUMPY_DTYPES[case.dtype]),
+        rng=np.random.default_rng(case_seed(case, seed)),
+        backend=backend.name,
+    )
+    try:
+        built = factory(dict(case.params), context)
+    except WorkloadError:
+        raise
+    except Exception as error:
+        raise WorkloadError(
+            f"{case.config_id}: the factory raised {type(error).__name__}: {error}"
+        ) from None
+    return checked(built, case.config_id)
+
+
+def run_workload(
+    backend: Backend,
+    name: str,
+    spec: Mapping,
+    timing: TimingSettings,
+    *,
+    run_id: str | None = None,
+) -> dict[str, list[dict]]:
+    """Check and time every case of workload `name` (`spec`: the config's workloads.<name>: entry,
+    params, dtypes, cache_states, same_work_as, seed); the rows of each table (nothing written).
+    Holds the machine lock throughout: one measurement at a time."""
+    factory = load_entry(spec["entry"], name)
+    every_case = cases(name, spec.get("params") or {}, list(spec["dtypes"]))
+    with measuring(f"workload {name}"), Progress(f"workload {name}") as progress:
+        return _run(backend, name, spec, factory, every_case, timing, progress, run_id)
+
+
+def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> dict:
+    run_id = run_id or new_run_id()
+    cache_states = list(spec.get("cache_states") or [CacheState.WARM, CacheState.COLD])
+    progress.update("checking that the machine is quiet")
+    quiet = quiet_check(backend, timing.disturbance, f"workload {name}")
+    planned = timing.warmup_s + timing.cooldown_s + timing.min_time_s
+    progress.plan([planned] * len(every_case) * len(cache_states))
+    started = utc_now()
+    tables: dict[str, list[dict]] = {
+        "conditions": [conditions_row(backend, run_id, "before")],
+        "correctness": [],
+        "samples": [],
+        "workload_points": [],
+    }
+    with backend.limited_library_threads() as threads:
+        for case in every_case:
+            workload = build_case(factory, case, backend, spec.get("seed", 0))
+            if not _check(backend, case, workload, run_id, tables):
+                progress.drop([planned] * len(cache_states))
+                continue  # a wrong result is recorded, never timed
+            for cache_state in cache_states:
+                progress.start(f"{case.config_id} {cache_state}", planned)
+                tables["workload_points"].append(
+                    _time(
+                        backend, case, workload, spec, cache_state, timing, run_id, tables, progress
+                    )
+                    | {"threads": threads}
+                )
+    tables["conditions"].append(conditions_row(backend, run_id, "after"))
+    settings = {"workload": dict(spec), "timing": timing.record()}
+    tables["runs"] = [
+        run_row(
+            backend,
+            run_id=run_id,
+            kind="workload",
+            sweep=name,
+            started_at=started,
+            ended_at=utc_now(),
+            settings=settings,
+            quiet=quiet,
+        )
+    ]
+    return tables
+
+
+def _check(backend: Backend, case: Case, workload: Workload, run_id: str, tables) -> bool:
+    if workload.check is None:
+        return True
+    with backend.nvtx_range(f"{case.config_id}/correctness"):
+        workload.run()
+        backend.synchronize()
+    error = check_error(workload, case.config_id)
+    passed = error <= workload.tolerance
+    tables["correctness"].append(
+        {
+            "run_id": run_id,
+            "config_id": case.config_id,
+            "sweep": case.workload,
+            "dtype": case.dtype,
+            "metric": "max_relative_error",
+            "error": error,
+            "tolerance": float(workload.tolerance),
+            "passed": passed,
+            "detail": "the workload's own check() against its reference",
+        }
+    )
+    return passed
+
+
+def _time(backend, case, workload, spec, cache_state, timing, run_id, tables, progress) -> dict:
+    before = conditions_row(backend, run_id, "before", case.config_id)
+    with backend.sampling_conditions(case.config_id) as during:
+        measured = measure(
+            workload.run,
+            backend,
+            timing,
+            cache_state,
+            progress,
+            label=f"{case.config_id}/{cache_state}",
+        )
+    after = conditions_row(backend, run_id, "after", case.config_id)
+    readings = [before, *during_rows(run_id, during), after]
+    tables["conditions"].extend(readings)
+    tables["samples"].extend(
+        sample_rows(run_id, case.config_id, cache_state, measured.samples, workload.flops, "FLOP")
+    )
+    summary = measured.summary(timing.noisy_iqr_ratio)
+    cold = cache_state == CacheState.COLD
+    return {
+        "run_id": run_id,
+        "config_id": case.config_id,
+        "sweep": case.workload,
+        "entry": spec["entry"],
+        "params": json.dumps(case.params, sort_keys=True),
+        "dtype": case.dtype,
+        "same_work_as": spec.get("same_work_as"),
+        "cache_state": cache_state,
+        "n_samples": summary.n_samples,
+        "median_s": summary.median_s,
+        "p25_s": summary.p25_s,
+        "p75_s": summary.p75_s,
+        "min_s": summary.min_s,
+        "flops": int(workload.flops),
+        "bytes_model": int(workload.bytes),
+        "executed_flops": None if workload.executed_flops is None else int(workload.executed_flops),
+        "achieved_flops_per_s": workload.flops / summary.median_s,
+        "noisy": summary.noisy,
+        "flush_method": backend.flush_method if cold else None,
+        "flush_bytes": backend.flush_bytes if cold else 0,
+        **clock_flags(readings, timing.max_clock_change),
+        **add_gpu_processes(measured.verdict, readings).columns(),
+    }

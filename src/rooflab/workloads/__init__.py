@@ -1,0 +1,159 @@
+"""Your own kernels on the Roofline: the public contract (docs/workloads.md).
+
+    from rooflab import Workload
+
+    def my_factory(params: dict, ctx) -> Workload:
+        x = ctx.xp.asarray(ctx.rng.random(params["n"]), dtype=ctx.dtype)
+        y = ctx.xp.empty_like(x)
+        return Workload(run=lambda: ctx.xp.multiply(x, 2, out=y),
+                        flops=params["n"], bytes=2 * x.nbytes)
+
+A factory gets one case's params (one combination of the config's lists) and a `Context`, does
+its allocation, and returns a `Workload`: `run()` is one call of the work with its arguments bound;
+`flops` the useful FLOPs (the ledger's F), `bytes` the modelled bytes across the boundary named by
+the memory level it is judged against (Q, cold cache); `executed_flops` what the implementation
+really executes where that differs; `check()` the largest relative error of run()'s output against
+a reference computed another way, compared with `tolerance`. rooflab times `run` with the
+backend's timer and the usual discipline; nothing here imports numpy, numba or CuPy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be measured as given: the message names it and the problem."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    run: Callable[[], object]
+    flops: int
+    bytes: int
+    check: Callable[[], float] | None = None
+    tolerance: float | None = None
+    executed_flops: int | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a factory gets beside its params: `xp` (numpy on the CPU backend, cupy on CUDA),
+    `dtype` (the numpy dtype of the case's dtype name), `rng` (a numpy Generator seeded per case),
+    `backend` ("cpu" or "cuda")."""
+
+    xp: Any
+    dtype: Any
+    rng: Any
+    backend: str
+
+
+def load_entry(entry: str, name: str = "workload") -> Callable[[dict, Context], Workload]:
+    """`package.module:function` imported; one WorkloadError naming `name` when it cannot be."""
+    module_name, _, function_name = entry.partition(":")
+    if not module_name or not function_name:
+        raise WorkloadError(f"{name}: entry {entry!r} is not 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise WorkloadError(
+            f"{name}: cannot import {module_name!r} ({type(error).__name__}: {error})"
+        ) from None
+    factory = getattr(module, function_name, None)
+    if not callable(factory):
+        raise WorkloadError(f"{name}: {module_name!r} has no function {function_name!r}")
+    return factory
+
+
+def _positive_int(value: object, what: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) <= 0:
+        raise WorkloadError(f"{name}: {what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def checked(workload: object, name: str) -> Workload:
+    """The factory's result, refused in one line naming `name` unless it is a Workload with a
+    callable `run`, positive integer `flops` and `bytes` (and `executed_flops` if given), and a
+    `tolerance` > 0 wherever there is a `check`."""
+    if not isinstance(workload, Workload):
+        raise WorkloadError(
+            f"{name}: the factory returned {type(workload).__name__}, not a rooflab.Workload"
+        )
+    if not callable(workload.run):
+        raise WorkloadError(f"{name}: Workload.run is not callable")
+    _positive_int(workload.flops, "flops", name)
+    _positive_int(workload.bytes, "bytes", name)
+    if workload.executed_flops is not None:
+        _positive_int(workload.executed_flops, "executed_flops", name)
+    if workload.check is not None:
+        if not callable(workload.check):
+            raise WorkloadError(f"{name}: Workload.check is not callable")
+        tolerance = workload.tolerance
+        if not isinstance(tolerance, numbers.Real) or not (
+            math.isfinite(tolerance) and tolerance > 0
+        ):
+            raise WorkloadError(f"{name}: a check needs a tolerance > 0, got {tolerance!r}")
+    return workload
+
+
+def check_error(workload: Workload, name: str) -> float | None:
+    """The check's largest relative error, or None without a check; a check that raises or
+    returns something that is not a finite number >= 0 is one WorkloadError."""
+    if workload.check is None:
+        return None
+    try:
+        error = workload.check()
+    except Exception as failure:
+        raise WorkloadError(f"{name}: check() raised {type(failure).__name__}: {failure}") from None
+    try:
+        error = float(error)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{name}: check() returned {error!r}, not a number") from None
+    if not math.isfinite(error) or error < 0:
+        raise WorkloadError(f"{name}: check() returned {error!r}, not a finite error >= 0")
+    return error
+
+
+@dataclass(frozen=True)
+class Case:
+    """One combination of a workload's params, in one dtype."""
+
+    workload: str
+    dtype: str
+    params: dict
+
+    @property
+    def params_id(self) -> str:
+        return "_".join(f"{key}{value}" for key, value in sorted(self.params.items())) or "default"
+
+    @property
+    def config_id(self) -> str:
+        return f"{self.workload}/{self.dtype}/{self.params_id}"
+
+
+def cases(name: str, params: Mapping[str, list], dtypes: list[str]) -> list[Case]:
+    """Every combination of the params' lists, per dtype, in a stable order."""
+    keys = sorted(params)
+    return [
+        Case(name, dtype, dict(zip(keys, values, strict=True)))
+        for dtype in dtypes
+        for values in itertools.product(*(params[key] for key in keys))
+    ]
+
+
+__all__ = [
+    "Case",
+    "Context",
+    "Workload",
+    "WorkloadError",
+    "cases",
+    "check_error",
+    "checked",
+    "load_entry",
+]

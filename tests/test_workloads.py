@@ -1,0 +1,178 @@
+"""Your own kernel (rooflab.Workload), measured: the docs page's example run for real through
+`rooflab measure workload`, a failing check recorded and not timed, and every kind of bad input
+one short error naming the case, with a non-zero exit and no run written."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rooflab import Workload
+from rooflab.workloads import WorkloadError, cases, check_error, checked, load_entry
+from tests.conftest import REPO, installed_script
+
+# Short timings: what is checked here is the path, not the figures.
+FAST = {
+    "backend": "cpu",
+    "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
+    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+}
+
+
+def _docs_example() -> str:
+    page = (REPO / "docs" / "workloads.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    return code
+
+
+def _measure(tmp_path: Path, module: str, entry: str, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "mykernels.py").write_text(module)
+    config = tmp_path / "fast.yaml"
+    config.write_text(yaml.safe_dump(FAST))
+    return subprocess.run(
+        [installed_script("rooflab"), "measure", "workload", entry, "--config", config, *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_the_docs_example_is_checked_and_timed_warm_and_cold(tmp_path):
+    result = _measure(
+        tmp_path,
+        _docs_example(),
+        "mykernels:axpb",
+        *("--param", "n=4096,65536", "--dtype", "fp32", "--format", "json", "--out", "runs"),
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["config_id"], r["cache_state"]) for r in rows] == [
+        (f"axpb/fp32/n{n}", state) for n in (4096, 65536) for state in ("warm", "cold")
+    ]
+    for row in rows:
+        n = json.loads(row["params"])["n"]
+        assert (row["flops"], row["bytes"]) == (2 * n, 8 * n)
+        assert row["intensity"] == pytest.approx(0.25) and row["median_s"] > 0
+        assert row["n_samples"] >= 3
+    (run,) = (tmp_path / "runs").iterdir()
+    import pyarrow.parquet as pq
+
+    checks = pq.read_table(run / "correctness.parquet").to_pylist()
+    assert len(checks) == 2 and all(c["passed"] and c["error"] < 1e-6 for c in checks)
+    (runs_row,) = pq.read_table(run / "runs.parquet").to_pylist()
+    assert (runs_row["kind"], runs_row["sweep"]) == ("workload", "axpb")
+
+
+WRONG = """
+from rooflab import Workload
+
+def wrong(params, ctx):
+    x = ctx.xp.ones(params["n"], dtype=ctx.dtype)
+    y = ctx.xp.empty_like(x)
+    return Workload(run=lambda: ctx.xp.multiply(x, 3, out=y), flops=params["n"], bytes=8,
+                    check=lambda: float(abs(y - 2).max() / 2), tolerance=1e-6)
+"""
+
+
+def test_a_case_whose_check_fails_is_recorded_and_not_timed(tmp_path):
+    result = _measure(tmp_path, WRONG, "mykernels:wrong", "--param", "n=64", "--out", "runs")
+    assert result.returncode == 0, result.stderr
+    assert "wrong/fp32/n64 failed its check (error 0.5 > tolerance 1e-06)" in result.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(run / "workload_points.parquet").num_rows == 0  # never timed
+    assert pq.read_table(run / "correctness.parquet").to_pylist()[0]["passed"] is False
+
+
+BAD = {
+    "not importable": ("", "nosuchmodule:f", "cannot import 'nosuchmodule'"),
+    "no function": ("x = 1\n", "mykernels:f", "'mykernels' has no function 'f'"),
+    "raises": (
+        "def f(params, ctx):\n    raise RuntimeError('out of ideas')\n",
+        "mykernels:f",
+        "f/fp32/n8: the factory raised RuntimeError: out of ideas",
+    ),
+    "wrong type": (
+        "def f(params, ctx):\n    return 42\n",
+        "mykernels:f",
+        "f/fp32/n8: the factory returned int, not a rooflab.Workload",
+    ),
+    "flops": (
+        "from rooflab import Workload\n"
+        "def f(params, ctx):\n    return Workload(run=lambda: None, flops=1.5, bytes=8)\n",
+        "mykernels:f",
+        "f/fp32/n8: flops must be a positive integer, got 1.5",
+    ),
+    "bytes": (
+        "from rooflab import Workload\n"
+        "def f(params, ctx):\n    return Workload(run=lambda: None, flops=8, bytes=0)\n",
+        "mykernels:f",
+        "f/fp32/n8: bytes must be a positive integer, got 0",
+    ),
+    "nan check": (
+        "from rooflab import Workload\n"
+        "def f(params, ctx):\n"
+        "    return Workload(run=lambda: None, flops=8, bytes=8, check=lambda: float('nan'),\n"
+        "                    tolerance=1e-6)\n",
+        "mykernels:f",
+        "f/fp32/n8: check() returned nan, not a finite error >= 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_short_error_naming_the_case_and_writes_nothing(case, tmp_path):
+    module, entry, says = BAD[case]
+    result = _measure(tmp_path, module, entry, "--param", "n=8", "--out", "runs")
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("[")]
+    assert len(lines) <= 3 and "Traceback" not in result.stderr, result.stderr
+    assert any(says in line for line in lines), result.stderr
+    assert not any((tmp_path / "runs").glob("*/runs.parquet"))
+
+
+def test_checked_refuses_what_is_not_a_measurable_workload():
+    def run():
+        return None
+
+    assert checked(Workload(run, 8, 8), "w").flops == 8
+    for bad, says in (
+        (Workload(run, True, 8), "flops must be a positive integer"),
+        (Workload(run, 8, -1), "bytes must be a positive integer"),
+        (Workload(run, 8, 8, executed_flops=0), "executed_flops must be a positive integer"),
+        (Workload(run, 8, 8, check=lambda: 0.0), "a check needs a tolerance > 0"),
+        (Workload("run", 8, 8), "Workload.run is not callable"),
+    ):
+        with pytest.raises(WorkloadError, match=says):
+            checked(bad, "w")
+    raising = Workload(run, 8, 8, check=lambda: 1 / 0, tolerance=1e-3)
+    with pytest.raises(WorkloadError, match=r"check\(\) raised ZeroDivisionError"):
+        check_error(raising, "w")
+    with pytest.raises(WorkloadError, match=r"not 'package\.module:function'"):
+        load_entry("nocolon", "w")
+
+
+def test_every_combination_of_the_params_is_a_case_per_dtype():
+    found = cases("w", {"n": [1, 2], "k": [8]}, ["fp32", "fp64"])
+    assert [c.config_id for c in found] == [
+        "w/fp32/k8_n1",
+        "w/fp32/k8_n2",
+        "w/fp64/k8_n1",
+        "w/fp64/k8_n2",
+    ]
+
+
+def test_the_public_name_is_rooflab_workload():
+    code = "from rooflab import Workload; print(Workload.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "rooflab.workloads"
+    assert textwrap.dedent(_docs_example()).count("\n") <= 25  # the page's example stays short
