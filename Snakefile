@@ -27,6 +27,7 @@ progress_on_terminal(workflow.output_settings.quiet)
 include: "rules/common.smk"
 include: "rules/ceilings.smk"
 include: "rules/gemm.smk"
+include: "rules/workloads.smk"
 include: "rules/counters.smk"
 include: "rules/roofline.smk"
 include: "rules/store.smk"

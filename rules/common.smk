@@ -6,6 +6,7 @@ from pathlib import Path
 
 wildcard_constraints:
     sweep="[A-Za-z0-9_-]+",
+    workload="[A-Za-z0-9_-]+",
     machine="[A-Za-z0-9_-]+",
 
 
@@ -20,6 +21,18 @@ def as_param(value):
 
 def sweep_param(wildcards):
     return as_param(config["sweeps"][wildcards.sweep])
+
+
+def workload_param(wildcards):
+    return as_param(config["workloads"][wildcards.workload])
+
+
+def workload_receipts(wildcards=None):
+    return expand(
+        "results/workloads/{workload}/{machine}/timing.json",
+        workload=sorted(config["workloads"]),
+        machine=MACHINES,
+    )
 
 
 def ceilings_receipts(wildcards=None):
@@ -60,6 +73,7 @@ def measured_receipts():
         *correctness_receipts(),
         *timing_receipts(),
         *counters_receipts(),
+        *workload_receipts(),
     ]
 
 

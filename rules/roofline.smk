@@ -6,6 +6,7 @@ rule roofline:
         ceilings=ceilings_receipts,
         timings=timing_receipts,
         counters=counters_receipts,
+        workloads=workload_receipts,
         devices=DEVICES_FILE,
     output:
         points="results/roofline/roofline_points.parquet",

@@ -6,6 +6,7 @@ rule ingest:
         correctness=correctness_receipts,
         timings=timing_receipts,
         counters=counters_receipts,
+        workloads=workload_receipts,
         roofline=rules.roofline.output.inputs,
     output:
         receipt="results/store/ingest.json",

@@ -34,6 +34,18 @@ TINY = {
         "a": {"m": [1, 2], "n": [16], "k": [16], "dtypes": ["fp64"]},
         "b": {"m": [3], "n": [8], "k": [8], "dtypes": ["fp32"], "cache_states": ["warm"]},
     },
+    # two implementations of the same work (docs/workloads.md), small
+    "workloads": {
+        "unfused": {
+            "entry": "rooflab.workloads.builtin:relu_axpb_unfused",
+            "params": {"n": [65536]},
+        },
+        "fused": {
+            "entry": "rooflab.workloads.builtin:relu_axpb_fused",
+            "params": {"n": [65536]},
+            "same_work_as": "unfused",
+        },
+    },
 }
 
 
@@ -78,7 +90,7 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
     workdir, result = campaign_run
     said = result.stdout + result.stderr
     assert "rooflab: the report is results/report/index.html" in result.stdout
-    assert "rooflab: the store is store/rooflab.duckdb (7 new run(s)" in result.stdout
+    assert "rooflab: the store is store/rooflab.duckdb (9 new run(s)" in result.stdout
     assert 'rooflab query --db store/rooflab.duckdb "SELECT * FROM latest_ceilings"' in said
     assert "Shell command" not in said
     assert "\x1b[K" not in said  # not a terminal: no status line anywhere
@@ -93,7 +105,7 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
 
 def test_campaign_fills_the_store(campaign):
     kinds = dict(sql(campaign, "SELECT kind, count(*) FROM runs GROUP BY kind"))
-    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2, "counters": 2}
+    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2, "counters": 2, "workload": 2}
     assert not (campaign / "results" / "rooflab.duckdb").exists()  # config store.db, not here
     assert sql(campaign, "SELECT count(*) FROM gemm_points")[0][0] == 2 * 2 + 1
     assert sql(campaign, "SELECT count(*) FROM samples")[0][0] >= 5 * 3
@@ -105,6 +117,34 @@ def test_campaign_fills_the_store(campaign):
     for log in ("ceilings/local", "correctness/a/local", "time_gemm/b/local", "roofline", "ingest"):
         assert (campaign / "logs" / f"{log}.log").stat().st_size > 0
     assert (campaign / "logs" / "counters" / "a" / "local.log").stat().st_size > 0
+
+
+def test_workloads_reach_the_roofline_and_their_comparison(campaign):
+    points = sql(
+        campaign,
+        "SELECT sweep, cache_state, params, level FROM latest_model_points "
+        "WHERE m IS NULL ORDER BY sweep, cache_state",
+    )
+    assert [(sweep, state) for sweep, state, *_ in points] == [
+        ("fused", "cold"),
+        ("fused", "warm"),
+        ("unfused", "cold"),
+        ("unfused", "warm"),
+    ]
+    assert {params for _, _, params, _ in points} == {'{"n": 65536}'}
+    compared = sql(
+        campaign,
+        "SELECT workload, baseline, cache_state, useful_flops, speedup, bytes, baseline_bytes, "
+        "says FROM implementation_comparisons ORDER BY cache_state",
+    )
+    assert [row[:4] for row in compared] == [
+        ("fused", "unfused", "cold", 3 * 65536),
+        ("fused", "unfused", "warm", 3 * 65536),
+    ]
+    for *_, speedup, q, baseline_q, says in compared:
+        assert (q, baseline_q) == (2 * 4 * 65536, 6 * 4 * 65536)  # fusion: a third of Q
+        assert speedup > 0 and ("faster" in says or "slower" in says)
+    assert (campaign / "results" / "report" / "roofline.png").is_file()
 
 
 def test_counters_job_records_its_status_and_the_points_keep_model_bytes(campaign):
@@ -181,8 +221,9 @@ def test_editing_one_sweep_reruns_only_that_sweep(campaign):
     # files gives back every point the store had.
     per_run = "SELECT run_id, count(*) FROM roofline_points GROUP BY 1 ORDER BY 1"
     before = sql(campaign, per_run)
-    gemm_runs = sql(campaign, "SELECT run_id FROM runs WHERE kind = 'gemm' ORDER BY 1")
-    assert [run for run, _ in before] == [run for (run,) in gemm_runs]  # 3 runs: a twice, b
+    timed = "SELECT run_id FROM runs WHERE kind IN ('gemm', 'workload') ORDER BY 1"
+    # 5 runs: sweep a twice, b, and the two workloads
+    assert [run for run, _ in before] == [run for (run,) in sql(campaign, timed)]
     rebuilt = run_rooflab("store", "rebuild", "--db", "store/rooflab.duckdb", cwd=campaign)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert sql(campaign, per_run) == before

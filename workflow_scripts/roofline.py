@@ -11,7 +11,9 @@ from rooflab.workflow import kept_runs, log_to
 
 log = log_to(snakemake.log[0])
 # A sweep's runs (correctness, timing, counters) share one folder beside its receipts.
-sweep_runs = kept_runs([*snakemake.input.timings, *snakemake.input.counters])
+sweep_runs = kept_runs(
+    [*snakemake.input.timings, *snakemake.input.counters, *snakemake.input.workloads]
+)
 analysis = build_analysis(
     kept_runs(snakemake.input.ceilings),
     sweep_runs,

@@ -57,7 +57,7 @@ MEMORY_LEVEL_NAMES = ("L1", "L2", "L3", *MEMORY_LEVELS)
 
 # Sections whose entries are named (a sweep, a scenario, a machine): a campaign file passed with
 # --configfile replaces these of the default file instead of adding to them (campaign_config).
-NAMED_SECTIONS = ("machines", "sweeps", "stages")
+NAMED_SECTIONS = ("machines", "sweeps", "stages", "workloads")
 
 
 class ConfigError(ValueError):
@@ -233,6 +233,14 @@ def validate_config(config: dict, source: str = "config") -> dict:
     _check_ranges(config, source)
     for name, scenario in config["stages"].items():
         _check_scenario(scenario, source, f"stages.{name}")
+    for name, workload in config["workloads"].items():
+        other = workload.get("same_work_as")
+        if other is not None and (other == name or other not in config["workloads"]):
+            known = ", ".join(w for w in config["workloads"] if w != name) or "none"
+            raise ConfigError(
+                f"{source}: workloads.{name}.same_work_as: {other!r} is not another workload "
+                f"of this config; workloads: {known}"
+            )
     return config
 
 

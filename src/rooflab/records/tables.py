@@ -341,6 +341,10 @@ TABLES: dict[str, pa.Schema] = {
             # "agrees" (within 1 %) | "model over-counts" | "model under-counts"
             ("counted_over_model", _F),
             ("model_vs_counted", _S),
+            # a workload case's (sweep: the workload): its params as JSON, and the FLOPs its
+            # implementation executes where they differ from the useful `flops`
+            ("params", _S),
+            ("executed_flops", _I),
         ]
     ),
     # Derived, per ceilings run (run_id): the data-cache bytes per level (L1, L2, ...) this

@@ -173,15 +173,16 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 )
             )
 
-    if not points.empty:
-        pts = points.assign(
-            series=points.dtype
+    gemms = points[points.params.isna()] if "params" in points else points  # not workloads
+    if not gemms.empty:
+        pts = gemms.assign(
+            series=gemms.dtype
             + " "
-            + points.layout
+            + gemms.layout
             + " N="
-            + points.n.astype(str)
+            + gemms.n.astype(str)
             + " K="
-            + points.k.astype(str)
+            + gemms.k.astype(str)
         )
         for sweep_name, group in pts.groupby("sweep", sort=True):
             long = pd.concat(

@@ -136,7 +136,12 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale) -> alt.Chart:
         alt.Tooltip("disturbance:N", title="disturbed by other processes"),
         alt.Tooltip("run_id:N", title="run"),
     ]
-    ms = sorted({int(m) for m in pts.get("m", []) if m == m and m > 0})
+    import pandas as pd
+
+    # A workload's case (your own kernel) has no M: drawn at one size, its params in the tooltip.
+    case = pts["params"].notna() if "params" in pts else pd.Series(False, index=pts.index)
+    workloads, pts = pts[case], pts[~case]
+    ms = sorted({int(m) for m in pts.get("m", []) if m > 0})
     size = (
         alt.Size(
             "m:Q",
@@ -147,6 +152,20 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale) -> alt.Chart:
         if len(ms) > 1
         else alt.value(90)
     )
+
+    def chart(data: pd.DataFrame, size, tooltip) -> alt.Chart:
+        return _points(data, x, y, roof_scale, size, tooltip)
+
+    gemms = chart(pts, size, tooltip)
+    if workloads.empty:
+        return gemms
+    params = [*tooltip[:4], alt.Tooltip("params:N", title="params"), *tooltip[7:]]
+    return alt.layer(gemms, chart(workloads, alt.value(140), params))
+
+
+def _points(pts: pd.DataFrame, x, y, roof_scale, size, tooltip) -> alt.Chart:
+    import altair as alt
+
     return (
         alt.Chart(pts)
         .mark_point(strokeWidth=1.6, opacity=0.95)

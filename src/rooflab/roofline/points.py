@@ -90,14 +90,18 @@ def resident_level(
 
 
 def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list[dict]:
+    """Each timed point (a GEMM configuration, or a workload case) of these runs against the
+    latest ceilings of its own machine, in its cache state; none without them."""
     points = []
     for run_dir in gemm_run_dirs:
         tables = read_run(run_dir)
         (run,) = tables["runs"].to_pylist()
         machine = ceilings.get(run["machine_id"])
-        if machine is None or "gemm_points" not in tables:
+        if machine is None:
             continue
-        for point in tables["gemm_points"].to_pylist():
+        # a library GEMM's points, or a workload's (your own kernel: no shape, its params)
+        timed = [t for name in ("gemm_points", "workload_points") for t in [tables.get(name)] if t]
+        for point in (row for table in timed for row in table.to_pylist()):
             path = compute_path(run.get("backend"), point["dtype"])
             level = resident_level(
                 point["bytes_model"],
@@ -122,11 +126,13 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
                     "machine_id": run["machine_id"],
                     "ceilings_run_id": machine["run_id"],
                     "sweep": point["sweep"],
-                    "m": point["m"],
-                    "n": point["n"],
-                    "k": point["k"],
+                    "m": point.get("m"),
+                    "n": point.get("n"),
+                    "k": point.get("k"),
                     "dtype": point["dtype"],
-                    "layout": point["layout"],
+                    "layout": point.get("layout"),
+                    "params": point.get("params"),
+                    "executed_flops": point.get("executed_flops"),
                     "level": level,
                     "q_source": "model",
                     "bytes": point["bytes_model"],

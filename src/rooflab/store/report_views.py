@@ -140,7 +140,7 @@ REPORT_VIEWS_SQL = {
         SELECT l.machine_id, l.backend, l.config_id, l.cache_state, l.sweep, l.m, l.n, l.k,
                l.dtype, l.layout, l.level, l.intensity, l.median_s, l.achieved_flops_per_s,
                l.attainable_flops_per_s, l.efficiency, l.limiter, l.bound_s, l.run_id,
-               l.compute_path, l.q_source, l.started_at,
+               l.compute_path, l.q_source, l.started_at, l.params, l.executed_flops,
                l.achieved_flops_per_s > l.attainable_flops_per_s AS above_roof,
                coalesce(g.noisy, false) AS noisy,
                coalesce(g.disturbed, false) AS disturbed,
@@ -149,7 +149,13 @@ REPORT_VIEWS_SQL = {
                (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
                c.clock_min_mhz, c.clock_max_mhz
         FROM latest AS l
-        LEFT JOIN gemm_points AS g USING (run_id, config_id, cache_state)
+        LEFT JOIN (  -- the timing behind the point: a GEMM's, or a workload case's
+            SELECT run_id, config_id, cache_state, noisy, disturbed, disturbance, median_s,
+                   p25_s, p75_s FROM gemm_points
+            UNION ALL BY NAME
+            SELECT run_id, config_id, cache_state, noisy, disturbed, disturbance, median_s,
+                   p25_s, p75_s FROM workload_points
+        ) AS g USING (run_id, config_id, cache_state)
         LEFT JOIN (
             SELECT run_id, config_id, cache_state, min(clock_mhz) AS clock_min_mhz,
                    max(clock_mhz) AS clock_max_mhz

@@ -185,6 +185,44 @@ VIEWS_SQL = {
         LEFT JOIN cache USING (run_id)
         LEFT JOIN clock USING (run_id)
     """,
+    # Two implementations of the same work (a workload's `same_work_as`): per machine, backend,
+    # workload, case (params, dtype) and cache state, its newest timing beside its baseline's
+    # newest: time_s and baseline_time_s (s), speedup (baseline time / time), useful and
+    # executed FLOP/s of both, the bytes of both (Q), and `says` as the article puts it
+    # ("lower executed FLOP/s, 2x faster").
+    "implementation_comparisons": """
+        WITH latest AS (
+            SELECT r.machine_id, r.backend, w.*
+            FROM workload_points AS w JOIN runs AS r USING (run_id)
+            QUALIFY row_number() OVER (
+                PARTITION BY r.machine_id, r.backend, w.sweep, w.dtype, w.params, w.cache_state
+                ORDER BY r.started_at DESC, w.run_id DESC
+            ) = 1
+        ),
+        pairs AS (
+            SELECT a.machine_id, a.backend, a.sweep AS workload, b.sweep AS baseline,
+                   a.params, a.dtype, a.cache_state, a.flops AS useful_flops,
+                   a.median_s AS time_s, b.median_s AS baseline_time_s,
+                   b.median_s / a.median_s AS speedup,
+                   a.flops / a.median_s AS useful_flops_per_s,
+                   b.flops / b.median_s AS baseline_useful_flops_per_s,
+                   coalesce(a.executed_flops, a.flops) / a.median_s AS executed_flops_per_s,
+                   coalesce(b.executed_flops, b.flops) / b.median_s
+                       AS baseline_executed_flops_per_s,
+                   a.bytes_model AS bytes, b.bytes_model AS baseline_bytes,
+                   a.run_id, b.run_id AS baseline_run_id
+            FROM latest AS a JOIN latest AS b
+              ON a.same_work_as = b.sweep AND a.machine_id = b.machine_id
+             AND a.backend = b.backend AND a.params = b.params AND a.dtype = b.dtype
+             AND a.cache_state = b.cache_state
+        )
+        SELECT *,
+               CASE WHEN executed_flops_per_s < baseline_executed_flops_per_s
+                    THEN 'lower' ELSE 'higher' END || ' executed FLOP/s, '
+               || CASE WHEN speedup >= 1 THEN printf('%.2gx faster', speedup)
+                       ELSE printf('%.2gx slower', 1 / speedup) END AS says
+        FROM pairs
+    """,
 }
 
 # The report's views (store.report_views) are named views like the others.

@@ -283,7 +283,8 @@ def _relu_axpb(x, y, a, b, zero, threads):
 def relu_axpb_fused(params: dict, ctx: Context) -> Workload:
     """y = max(a*x + b, 0) in one pass: a numba kernel over `threads` threads on the CPU, one
     elementwise CUDA kernel (one thread per element) on the GPU. Params: n, threads (CPU only;
-    default: the usable CPUs, as the CPU backend)."""
+    default 1: numpy runs the unfused passes it is compared with on one thread, so the two differ
+    in their passes over memory only)."""
     name = "relu_axpb_fused"
     cuda = _backend(ctx, name)
     dtype, n, x_host, a, b = _relu_inputs(params, ctx, name)
@@ -298,7 +299,7 @@ def relu_axpb_fused(params: dict, ctx: Context) -> Workload:
             return y
 
     else:
-        threads = _int_param(params, "threads", name, _usable_threads())
+        threads = _int_param(params, "threads", name, 1)
         if threads > numba.config.NUMBA_NUM_THREADS:
             raise WorkloadError(
                 f"{name}: threads must be at most {numba.config.NUMBA_NUM_THREADS}, got {threads}"
