@@ -33,6 +33,15 @@ from rooflab.report.sweep_charts import (
     reuse_time_chart,
     sweep_chart,
 )
+from rooflab.report.workload_charts import (
+    IMPLEMENTATIONS_HOW,
+    PARAMS_HOW,
+    WORKLOADS_HOW,
+    comparison_chart,
+    comparison_table,
+    far_below_note,
+    param_time_chart,
+)
 from rooflab.store import StoreError, connect_read_only
 
 if TYPE_CHECKING:
@@ -112,6 +121,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
     points = queries.points(connection, scope)
     failed = queries.failed(connection, scope)
     counted = queries.counter_points(connection, scope)
+    pairs = queries.implementation_comparisons(connection, scope)
     charts: list[Chart] = []
     facts = {
         "ceilings": ceilings,
@@ -129,18 +139,31 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 for r in failed.itertuples()
             )
             notes = f"<p>Failed correctness, not drawn:</p><ul class='failed'>{items}</ul>"
+        workloads = "params" in points and points.params.notna().any()
         charts.append(
             Chart(
                 "roofline",
                 "Roofline",
-                ROOFLINE_HOW,
+                ROOFLINE_HOW + WORKLOADS_HOW * bool(workloads),
                 roofline_chart(
                     ceilings,
                     points,
                     queries.datasheet_roofs(connection, scope),
                     roofline_title(scope, points),
+                    pairs,
                 ),
-                notes,
+                notes + far_below_note(points),
+            )
+        )
+    if not pairs.empty:
+        table = comparison_table(pairs).to_html(index=False, classes="implementations", border=0)
+        charts.append(
+            Chart(
+                "implementations",
+                "Same work, two implementations",
+                IMPLEMENTATIONS_HOW,
+                comparison_chart(pairs),
+                table,
             )
         )
 
@@ -229,6 +252,17 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                     ),
                 )
             )
+
+    varying = queries.workload_param_points(connection, scope)
+    for workload, rows in varying.groupby("workload", sort=True):
+        charts.append(
+            Chart(
+                f"workload_time_{name_part(workload)}",
+                f"Workload {workload}: time vs {', '.join(sorted(rows.param.unique()))}",
+                PARAMS_HOW,
+                param_time_chart(rows.reset_index(drop=True), str(workload)),
+            )
+        )
 
     quantiles = queries.sample_quantiles(connection, scope)
     if not quantiles.empty:

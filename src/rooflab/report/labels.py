@@ -124,7 +124,7 @@ def place_labels(
     y_domain: tuple[float, float],
     size: tuple[int, int],
     lines: Iterable[tuple] = (),
-    points: Iterable[tuple[float, float]] = (),
+    points: Iterable[tuple[float, ...]] = (),
     char_px: float = LABEL_CHAR_PX,
     dys: tuple[int, ...] = LABEL_DYS,
 ) -> list[dict]:
@@ -135,10 +135,14 @@ def place_labels(
     where its box (`char_px` per character, turned by its `angle`, degrees, if it has one)
     touches none of the `lines` (segments ((x, y), (x, y)) in data units, each with its cost:
     LINE_COST unless a third item gives another), covers no label placed before it nor a point
-    of `points`, and stays on the chart. Labels are placed highest roofs first, so that of two
-    close roofs the lower one's label is the one that moves; labels marked `yields` (datasheet
-    roofs) after all others. Where every place is taken, the one that costs least: that crosses
-    the fewest and cheapest lines, then covers least."""
+    of `points` ((x, y), or (x, y, weight): its cost per px² covered, 1 unless given), and stays
+    on the chart. Labels are placed highest roofs first, so that of two close roofs the lower
+    one's label is the one that moves; labels marked `yields` (datasheet roofs) after the
+    others. Where every place is taken, the one that costs least: that crosses the fewest and
+    cheapest lines, then covers least; each row returned carries its `cost` (0 where it covers
+    and crosses nothing). A label may bring its own `dys`; one with a `max_cost` (a point's
+    name) is optional: placed after all others, the most constrained first, and left out where
+    no place costs at most that."""
     to_px = _to_px(x_domain, y_domain, size)
     width, height = size
     chart = [(0.0, 0.0), (float(width), 0.0), (float(width), float(height)), (0.0, float(height))]
@@ -148,42 +152,87 @@ def place_labels(
     ]
     half = POINT_PX / 2
     obstacles = [
-        [
-            (px - half, py - half),
-            (px + half, py - half),
-            (px + half, py + half),
-            (px - half, py + half),
-        ]
-        for px, py in (to_px(x, y) for x, y in points if 0 < x < math.inf and 0 < y < math.inf)
+        (
+            [
+                (px - half, py - half),
+                (px + half, py - half),
+                (px + half, py + half),
+                (px - half, py + half),
+            ],
+            weight,
+        )
+        for (px, py), weight in (
+            (to_px(x, y), weight)
+            for x, y, weight in ((*point, 1.0)[:3] for point in points)
+            if 0 < x < math.inf and 0 < y < math.inf
+        )
     ]
 
-    placed: list[Polygon] = []
-    out = []
-    for label in sorted(labels, key=lambda row: (row.get("yields", False), -row["y"])):
+    def scored(label: dict, placed: list[Polygon], every=False) -> list[tuple]:
+        """Each place of the label, in the order tried, with its cost, its box and where it is;
+        up to the first that costs nothing, or `every` one."""
         length = len(str(label[text])) * char_px
         angle = float(label.get("angle", 0.0) or 0.0)
         anchors: Sequence = [(label["x"], label["y"], label["align"]), *label.get("anchors", ())]
+        places = label.get("dys", dys)
         # next to the line (the first two places) at each anchor before further out at any
         candidates = [
             (anchor, dy)
-            for tier in (dys[:2], dys[2:4], dys[4:])
+            for tier in (places[:2], places[2:4], places[4:])
             for anchor in anchors
             for dy in tier
         ]
-        best = None
+        found = []
         for (x, y, align), dy in candidates:
             anchor = to_px(x, y)
             box = text_box(anchor, length, align, dy, angle)
             wide = text_box(anchor, length, align, dy, angle, LINE_CLEARANCE_PX)
             cost = OVERLAP_COST * sum(overlap(box, other) for other in placed)
-            cost += sum(overlap(box, other) for other in obstacles)
+            cost += sum(weight * overlap(box, other) for other, weight in obstacles)
             cost += OFF_CHART_COST * (_area(box) - overlap(box, chart))
             cost += sum(c for a, b, c in segments if crosses(wide, (a, b)))
-            if best is None or cost < best[0] - 1e-6:
-                best = (cost, box, {"x": x, "y": y, "align": align, "dy": dy})
-            if cost <= 1e-6:
+            found.append((cost, box, {"x": x, "y": y, "align": align, "dy": dy}))
+            if cost <= 1e-6 and not every:
                 break
+        return found
+
+    def row(label: dict, best: tuple) -> dict:
+        kept = {k: v for k, v in label.items() if k not in ("anchors", "dys")}
+        return {**kept, **best[2], "cost": best[0]}
+
+    placed: list[Polygon] = []
+    out = []
+    for label in sorted((la for la in labels if "max_cost" not in la), key=_placing_order):
+        best = _cheapest(scored(label, placed))
         placed.append(best[1])
-        row = {k: v for k, v in label.items() if k != "anchors"}
-        out.append({**row, **best[2]})
+        out.append(row(label, best))
+    # Optional labels (a point's name), after all others: the one with the fewest places within
+    # its max_cost goes first, so that a name with one free place keeps it; one with none left
+    # is left out (and takes no place from the others).
+    pending = sorted((la for la in labels if "max_cost" in la), key=_placing_order)
+    while pending:
+        options = [scored(label, placed, every=True) for label in pending]
+        free = [
+            sum(c <= la["max_cost"] + 1e-6 for c, _, _ in o)
+            for la, o in zip(pending, options, strict=True)
+        ]
+        i = min(range(len(pending)), key=lambda j: (free[j] == 0, free[j], j))
+        label, best = pending.pop(i), _cheapest(options[i])
+        if best[0] <= label["max_cost"] + 1e-6:
+            placed.append(best[1])
+            out.append(row(label, best))
     return out
+
+
+def _cheapest(found: list[tuple]) -> tuple:
+    """The first place that no later one beats by more than a rounding error."""
+    best = found[0]
+    for place in found[1:]:
+        if place[0] < best[0] - 1e-6:
+            best = place
+    return best
+
+
+def _placing_order(label: dict) -> tuple[bool, float]:
+    """Measured roofs first, then yielding (datasheet) ones; highest first."""
+    return bool(label.get("yields", False)), -label["y"]

@@ -151,3 +151,17 @@ def model_vs_counted(connection, scope) -> pd.DataFrame:
     """Per configuration and cache state: model bytes vs the counted memory-level bytes."""
     order = ("config_id", "cache_state")
     return _scoped(connection, "model_vs_counted_bytes", scope, order)
+
+
+def implementation_comparisons(connection, scope) -> pd.DataFrame:
+    """Two implementations of the same work (a workload's same_work_as): per case and cache
+    state, the times, useful and executed FLOP/s and bytes of both, and what it says."""
+    order = ("workload", "baseline", "dtype", "params", "cache_state")
+    return _scoped(connection, "implementation_comparisons", scope, order)
+
+
+def workload_param_points(connection, scope) -> pd.DataFrame:
+    """Per workload, case and cache state, each param that varies across its cases: its value,
+    the case's other params (series), the median time and the Roofline bound."""
+    order = ("workload", "param", "series", "value", "value_text", "cache_state")
+    return _scoped(connection, "workload_param_points", scope, order)

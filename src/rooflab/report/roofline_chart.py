@@ -13,11 +13,17 @@ from rooflab.report.labels import BOLD_CHAR_PX, FAR_DYS, LINE_COST, SHEET_COST, 
 from rooflab.report.roofline_points import (
     ABOVE_COLOUR,
     ABOVE_LABEL,
+    PAIR_LINE_COST,
     UNKNOWN_ROOF,
     above_marks,
     guides,
     judged_against,
+    label_obstacles,
+    pair_layer,
+    pair_segments,
     point_layer,
+    workload_label_layers,
+    workload_labels,
 )
 from rooflab.units import format_quantity
 from rooflab.vocabulary import datasheet_path
@@ -47,6 +53,7 @@ PATH_COLOURS = (
     "#393b79", "#7f7f7f", "#637939", "#e7ba52", "#843c39",
 )  # fmt: skip
 DATASHEET_COLOUR = "#999"
+WORKLOAD_LABEL_GAP_PX = 9  # between a star and its name
 
 
 def _roofs(ceilings: pd.DataFrame) -> tuple[dict, dict, dict]:
@@ -87,11 +94,14 @@ def roofline_chart(
     points: pd.DataFrame,
     datasheet: pd.DataFrame | None = None,
     title: dict | None = None,
+    pairs: pd.DataFrame | None = None,
 ) -> alt.LayerChart:
     """Measured roofs in their own colours (library paths dashed), labelled on the chart away
     from every roof line and in the legend; `datasheet` roofs (rows of latest_datasheet_roofs)
     grey, dashed and labelled so, for the dtypes of the points and every level the preset names.
-    `title`: {"text", "subtitle"} (roofline_title)."""
+    `title`: {"text", "subtitle"} (roofline_title). Your workloads' cases are stars labelled
+    with their names where a label fits; `pairs` (rows of implementation_comparisons) join two
+    implementations of the same work with a grey line."""
     import altair as alt
     import pandas as pd
 
@@ -182,19 +192,27 @@ def roofline_chart(
         for rows, cost in ((lines, LINE_COST), (sheet_lines, SHEET_COST))
         for a, b in zip(rows[::2], rows[1::2], strict=True)
     ]
+    pair_lines = pair_segments(points, pairs)
+    segments += [((r.x, r.y), (r.x2, r.y2), PAIR_LINE_COST) for r in pair_lines.itertuples()]
+    labels += workload_labels(points, (hi / lo) ** (WORKLOAD_LABEL_GAP_PX / width))
+    placed = place_labels(
+        labels,
+        "ceiling",
+        (lo, hi),
+        y_domain,
+        ROOFLINE_SIZE,
+        segments + guides(points),
+        label_obstacles(points),
+        BOLD_CHAR_PX,
+        FAR_DYS,
+    )
     labels_df = pd.DataFrame(
-        place_labels(
-            labels,
-            "ceiling",
-            (lo, hi),
-            y_domain,
-            ROOFLINE_SIZE,
-            segments + guides(points),
-            zip(points.get("intensity", []), achieved, strict=True),
-            BOLD_CHAR_PX,
-            FAR_DYS,
-        ),
+        [row for row in placed if not row.get("workload")],
         columns=["ceiling", "x", "y", "align", "dy", "angle"],
+    )
+    names_df = pd.DataFrame(
+        [{**row, "label": row["ceiling"]} for row in placed if row.get("workload")],
+        columns=["label", "x", "y", "align", "dy"],
     )
 
     pts = with_time_text(points, "median_s").assign(
@@ -288,6 +306,9 @@ def roofline_chart(
         domain=flags,
         range=[DISTURBED_COLOR if f == DISTURBED_LABEL else ABOVE_COLOUR for f in flags],
     )
+    if not pair_lines.empty:
+        layers.append(pair_layer(pair_lines, x, y))
+    layers += workload_label_layers(names_df, x, y)
     layers += disturbed_rings(pts, x_scale, y_scale, flag_scale)
     if ABOVE_LABEL in flags:
         layers.append(above_marks(pts, x, y, flag_scale))

@@ -22,6 +22,22 @@ UNKNOWN_ROOF = "no roof measured for it"
 FILLED_STATES = (CacheState.WARM.value, CacheState.COLD.value)  # filled, hollow
 FILL_KEY = "sweep (filled: warm cache, hollow: cold)"
 SWEEP_SHAPES = ("circle", "square", "diamond", "triangle-down", "cross", "triangle-left")
+# Your workloads' cases: stars (a shape no sweep takes), one size, with their own legend entry
+WORKLOADS_LABEL = "your workloads"
+WORKLOADS_KEY = "your kernels (labelled by name; filled: warm, hollow: cold)"
+STAR = (
+    "M0,-1L0.235,-0.324L0.951,-0.309L0.38,0.124L0.588,0.809L0,0.4L-0.588,0.809L-0.38,0.124"
+    "L-0.951,-0.309L-0.235,-0.324Z"
+)
+WORKLOAD_SIZE = 260
+WORKLOAD_LABEL_DYS = (0, -11, 11, -22, 22, -33, 33, -44, 44, -55, 55)
+# A workload's name is drawn only where it covers no roof label, crosses no roof nor a point's
+# guide and covers little of a point (labels.place_labels' cost); it may cross one of the grey
+# lines that join a pair (its white halo keeps it legible) where no place is clear of them.
+WORKLOAD_LABEL_MAX_COST = 200
+PAIR_LINE_COST = 150
+WORKLOAD_POINT_WEIGHT = 20  # a label over a star costs this per px² (over a GEMM's point: 1)
+PAIR_COLOUR = "#777"
 
 
 def judged_against(points: pd.DataFrame, texts: dict) -> list[str | None]:
@@ -55,6 +71,11 @@ def roofline_title(scope: dict, points: pd.DataFrame) -> dict:
             "colour: the roof a point is judged against (dotted up to it); shape: sweep; "
             "size: M; filled: warm cache, hollow: cold"
         )
+        if "params" in points and points.params.notna().any():
+            lines.append(
+                "stars: your workloads, labelled by name; a grey line joins two implementations "
+                "of the same work"
+            )
     return {
         "text": f"Roofline: {scope['host']} · {scope['device_name']} ({scope['backend']})",
         "subtitle": lines,
@@ -160,10 +181,129 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale) -> alt.Chart:
     if workloads.empty:
         return gemms
     params = [*tooltip[:4], alt.Tooltip("params:N", title="params"), *tooltip[7:]]
-    return alt.layer(gemms, chart(workloads, alt.value(140), params))
+    shape = alt.Shape(
+        "marks:N",
+        title=WORKLOADS_KEY,
+        scale=alt.Scale(domain=[WORKLOADS_LABEL], range=[STAR]),
+        legend=alt.Legend(titleLimit=400, symbolStrokeColor="#333", symbolSize=160),
+    )
+    stars = _points(
+        workloads.assign(marks=WORKLOADS_LABEL),
+        x,
+        y,
+        roof_scale,
+        alt.value(WORKLOAD_SIZE),
+        params,
+        shape,
+    )
+    # the stars' legend is their own: a workload's name is no sweep of the GEMMs' legend
+    return alt.layer(gemms, stars).resolve_scale(shape="independent")
 
 
-def _points(pts: pd.DataFrame, x, y, roof_scale, size, tooltip) -> alt.Chart:
+def label_obstacles(points: pd.DataFrame) -> list[tuple[float, float, float]]:
+    """Each point as what a label should not cover: (x, y, cost per px²), a star costlier than a
+    GEMM's point (its name is on it)."""
+    cases = points["params"].notna() if "params" in points else [False] * len(points)
+    return [
+        (x, y, WORKLOAD_POINT_WEIGHT if case else 1.0)
+        for x, y, case in zip(
+            points.get("intensity", []), points.get("achieved_flops_per_s", []), cases, strict=True
+        )
+    ]
+
+
+def workload_labels(points: pd.DataFrame, gap: float) -> list[dict]:
+    """A label per workload (its name), optional (labels.place_labels: placed after the roof
+    labels, left out where it fits nowhere): beside any of its points, the highest first, right
+    of it or left of it; `gap`: the factor in intensity that keeps the text clear of its star."""
+    if "params" not in points:
+        return []
+    labels = []
+    cases = points[points.params.notna()].sort_values("achieved_flops_per_s", ascending=False)
+    for name, group in cases.groupby("sweep", sort=True):
+        places = [
+            place
+            for r in group.itertuples()
+            if r.intensity > 0 and r.achieved_flops_per_s > 0
+            for place in (
+                (r.intensity * gap, r.achieved_flops_per_s, "left"),
+                (r.intensity / gap, r.achieved_flops_per_s, "right"),
+            )
+        ]
+        if places:
+            (x, y, align), *anchors = places
+            labels.append(
+                {"ceiling": str(name), "x": x, "y": y, "align": align, "anchors": anchors}
+                | {"max_cost": WORKLOAD_LABEL_MAX_COST, "dys": WORKLOAD_LABEL_DYS, "workload": True}
+            )
+    return labels
+
+
+def pair_segments(points: pd.DataFrame, pairs: pd.DataFrame | None) -> pd.DataFrame:
+    """Per pair of implementations of the same work (rows of implementation_comparisons), case
+    and cache state: the line from the baseline's point to the workload's, where both are drawn."""
+    import pandas as pd
+
+    columns = ["x", "y", "x2", "y2", "pair", "says", "cache_state"]
+    if pairs is None or pairs.empty or "params" not in points:
+        return pd.DataFrame(columns=columns)
+    keys = ["params", "dtype", "cache_state"]
+    drawn = points[points.params.notna()][["sweep", *keys, "intensity", "achieved_flops_per_s"]]
+    ends = pairs.merge(drawn.rename(columns={"sweep": "workload"}), on=["workload", *keys]).merge(
+        drawn.rename(columns={"sweep": "baseline"}), on=["baseline", *keys], suffixes=("", "_b")
+    )
+    return pd.DataFrame(
+        {
+            "x": ends.intensity_b,
+            "y": ends.achieved_flops_per_s_b,
+            "x2": ends.intensity,
+            "y2": ends.achieved_flops_per_s,
+            "pair": ends.baseline + " → " + ends.workload,
+            "says": ends.says,
+            "cache_state": ends.cache_state,
+        },
+        columns=columns,
+    )
+
+
+def pair_layer(segments: pd.DataFrame, x, y) -> alt.Chart:
+    """Grey lines from a baseline's point to its other implementation's (same work)."""
+    import altair as alt
+
+    return (
+        alt.Chart(segments)
+        .mark_rule(strokeWidth=1.5, color=PAIR_COLOUR, opacity=0.7)
+        .encode(
+            x=x,
+            y=y,
+            x2="x2:Q",
+            y2="y2:Q",
+            tooltip=[
+                alt.Tooltip("pair:N", title="same work"),
+                alt.Tooltip("cache_state:N", title="cache state"),
+                alt.Tooltip("says:N", title="says"),
+            ],
+        )
+    )
+
+
+def workload_label_layers(rows: pd.DataFrame, x, y) -> list[alt.Chart]:
+    """The workloads' names as placed (labels.place_labels): a white halo, then the text."""
+    import altair as alt
+
+    layers = []
+    for (align, dy), group in rows.groupby(["align", "dy"]):
+        mark = {"align": align, "dy": int(dy), "dx": 4 if align == "left" else -4}
+        mark |= {"fontSize": 11, "color": "#222"}
+        for halo in (True, False):
+            extra = {"stroke": "white", "strokeWidth": 3} if halo else {}
+            layers.append(
+                alt.Chart(group).mark_text(**mark, **extra).encode(x=x, y=y, text="label:N")
+            )
+    return layers
+
+
+def _points(pts: pd.DataFrame, x, y, roof_scale, size, tooltip, shape=None) -> alt.Chart:
     import altair as alt
 
     return (
@@ -180,7 +320,9 @@ def _points(pts: pd.DataFrame, x, y, roof_scale, size, tooltip) -> alt.Chart:
                 scale=alt.Scale(domain=list(FILLED_STATES), range=[0.85, 0.0]),
                 legend=None,
             ),
-            shape=alt.Shape(
+            shape=shape
+            if shape is not None
+            else alt.Shape(
                 "sweep:N",
                 title=FILL_KEY,
                 scale=alt.Scale(range=list(SWEEP_SHAPES)),

@@ -14,6 +14,10 @@ def _disturbance_text(alias: str) -> str:
     )
 
 
+# A point whose efficiency (achieved over attainable) is below this is far below its roof: its
+# time is explained by neither roof (latency, launch overhead, serialization).
+FAR_BELOW_ROOF = 0.01
+
 # Condition readings per machine are cut into this many time buckets over their whole span, so a
 # single run keeps every reading and a long history stays a few thousand rows.
 TIME_BUCKETS = 1500
@@ -121,8 +125,9 @@ REPORT_VIEWS_SQL = {
     # with the timing's flags (noisy, disturbed, `judged` false for runs of an older rooflab,
     # disturbance as text), iqr_ratio, and the clock range of its samples in MHz; started_at, the
     # start of its run; above_roof, whether it beat its own roof (achieved over attainable,
-    # efficiency > 1). A configuration whose newest check failed is not drawn, even if an older
-    # run timed it.
+    # efficiency > 1); far_below_roof, whether its efficiency is under FAR_BELOW_ROOF (1 %): a
+    # time neither roof explains. A configuration whose newest check failed is not drawn, even if
+    # an older run timed it.
     "latest_model_points": f"""
         WITH latest AS (
             SELECT p.*, r.backend, r.started_at
@@ -142,6 +147,7 @@ REPORT_VIEWS_SQL = {
                l.attainable_flops_per_s, l.efficiency, l.limiter, l.bound_s, l.run_id,
                l.compute_path, l.q_source, l.started_at, l.params, l.executed_flops,
                l.achieved_flops_per_s > l.attainable_flops_per_s AS above_roof,
+               l.efficiency < {FAR_BELOW_ROOF} AS far_below_roof,
                coalesce(g.noisy, false) AS noisy,
                coalesce(g.disturbed, false) AS disturbed,
                g.disturbed IS NOT NULL AS judged,
@@ -161,6 +167,44 @@ REPORT_VIEWS_SQL = {
                    max(clock_mhz) AS clock_max_mhz
             FROM samples GROUP BY run_id, config_id, cache_state
         ) AS c USING (run_id, config_id, cache_state)
+    """,
+    # The time-vs-params charts of your workloads: per machine, backend, workload (a
+    # latest_model_points row with params), case and cache state, one row per param that varies
+    # across the workload's cases (a workload of one case has none): `param`, its `value`
+    # (DOUBLE; null where it is no number) and `value_text`, `series` (the dtype and the case's
+    # other varying params, "fp32 · steps=100"), median_s and bound_s (s), efficiency.
+    "workload_param_points": """
+        WITH cases AS (
+            SELECT machine_id, backend, sweep AS workload, config_id, dtype, cache_state,
+                   median_s, bound_s, efficiency, run_id, params,
+                   unnest(json_keys(params)) AS param
+            FROM latest_model_points
+            WHERE params IS NOT NULL AND json_valid(params)
+        ),
+        valued AS (
+            SELECT *, json_extract_string(
+                       params, '/' || replace(replace(param, '~', '~0'), '/', '~1')
+                   ) AS value_text
+            FROM cases
+        ),
+        varying AS (
+            SELECT * FROM valued
+            QUALIFY count(DISTINCT value_text) OVER (
+                PARTITION BY machine_id, backend, workload, param) > 1
+        )
+        SELECT machine_id, backend, workload, param, try_cast(value_text AS DOUBLE) AS value,
+               value_text, dtype || coalesce(' · ' || others, '') AS series, dtype, cache_state,
+               config_id, median_s, bound_s, efficiency, run_id
+        FROM (
+            SELECT a.*, string_agg(b.param || '=' || b.value_text, ', ' ORDER BY b.param)
+                            AS others
+            FROM varying AS a
+            LEFT JOIN varying AS b
+              ON b.machine_id = a.machine_id AND b.backend = a.backend
+             AND b.config_id = a.config_id AND b.cache_state = a.cache_state
+             AND b.param <> a.param
+            GROUP BY ALL
+        )
     """,
     # The hierarchical Roofline's points (q_source = counters): per machine, backend,
     # configuration and cache state, every level of the newest timing run's newest counters run,

@@ -219,8 +219,8 @@ VIEWS_SQL = {
         SELECT *,
                CASE WHEN executed_flops_per_s < baseline_executed_flops_per_s
                     THEN 'lower' ELSE 'higher' END || ' executed FLOP/s, '
-               || CASE WHEN speedup >= 1 THEN printf('%.2gx faster', speedup)
-                       ELSE printf('%.2gx slower', 1 / speedup) END AS says
+               || CASE WHEN speedup >= 1 THEN printf('%.3gx faster', speedup)
+                       ELSE printf('%.3gx slower', 1 / speedup) END AS says
         FROM pairs
     """,
 }
