@@ -6,17 +6,14 @@ import itertools
 from dataclasses import dataclass
 
 from rooflab.backends.base import Backend, BackendError
-from rooflab.conditions.disturbance import add_gpu_processes
-from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
-from rooflab.experiments.timing import TimingSettings, measure, sample_rows
+from rooflab.experiments.runs import conditions_row, quiet_check, run_row, timed_point
+from rooflab.experiments.timing import TimingSettings
 from rooflab.model import gemm_ledger, tensor_bytes
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
-from rooflab.vocabulary import CacheState
 
 # Headroom left for the interpreter, BLAS workspace and the rest of the machine.
 MEMORY_HEADROOM = 0.8
@@ -220,27 +217,17 @@ def _time_config(
     ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
     for cache_state in sweep["cache_states"]:
         progress.start(f"{config.short_id} {cache_state}", planned_timing_s(timing))
-        before = conditions_row(backend, run_id, "before", config.config_id)
-        with backend.sampling_conditions(config.config_id) as during:
-            measured = measure(
-                lambda: backend.matmul(operands),
-                backend,
-                timing,
-                cache_state,
-                progress,
-                label=f"{config.config_id}/{cache_state}",
-            )
-        after = conditions_row(backend, run_id, "after", config.config_id)
-        readings = [before, *during_rows(run_id, during), after]
-        tables["conditions"].extend(readings)
-        flags = clock_flags(readings, timing.max_clock_change)
-        tables["samples"].extend(
-            sample_rows(
-                run_id, config.config_id, cache_state, measured.samples, ledger.flops, "FLOP"
-            )
+        point = timed_point(
+            backend,
+            lambda: backend.matmul(operands),
+            config.config_id,
+            cache_state,
+            timing,
+            tables,
+            run_id=run_id,
+            flops=ledger.flops,
+            progress=progress,
         )
-        summary = measured.summary(timing.noisy_iqr_ratio)
-        verdict = add_gpu_processes(measured.verdict, readings)
         tables["gemm_points"].append(
             {
                 **ids,
@@ -251,20 +238,9 @@ def _time_config(
                 "w_dtype": config.dtype,
                 "y_dtype": config.dtype,
                 "layout": config.layout,
-                "cache_state": cache_state,
-                "n_samples": summary.n_samples,
-                "median_s": summary.median_s,
-                "p25_s": summary.p25_s,
-                "p75_s": summary.p75_s,
-                "min_s": summary.min_s,
                 "flops": ledger.flops,
                 "bytes_model": ledger.bytes,
-                "achieved_flops_per_s": ledger.flops / summary.median_s,
-                "noisy": summary.noisy,
-                "flush_method": backend.flush_method if cache_state == CacheState.COLD else None,
-                "flush_bytes": backend.flush_bytes if cache_state == CacheState.COLD else 0,
-                **flags,
                 "threads": threads,
-                **verdict.columns(),
+                **point,
             }
         )

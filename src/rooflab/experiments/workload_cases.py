@@ -15,11 +15,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from rooflab.backends.base import Backend
-from rooflab.conditions.disturbance import add_gpu_processes
-from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
-from rooflab.experiments.timing import TimingSettings, measure, sample_rows
+from rooflab.experiments.runs import conditions_row, quiet_check, run_row, timed_point
+from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
@@ -158,24 +156,17 @@ def _check(backend: Backend, case: Case, workload: Workload, run_id: str, tables
 
 
 def _time(backend, case, workload, spec, cache_state, timing, run_id, tables, progress) -> dict:
-    before = conditions_row(backend, run_id, "before", case.config_id)
-    with backend.sampling_conditions(case.config_id) as during:
-        measured = measure(
-            workload.run,
-            backend,
-            timing,
-            cache_state,
-            progress,
-            label=f"{case.config_id}/{cache_state}",
-        )
-    after = conditions_row(backend, run_id, "after", case.config_id)
-    readings = [before, *during_rows(run_id, during), after]
-    tables["conditions"].extend(readings)
-    tables["samples"].extend(
-        sample_rows(run_id, case.config_id, cache_state, measured.samples, workload.flops, "FLOP")
+    point = timed_point(
+        backend,
+        workload.run,
+        case.config_id,
+        cache_state,
+        timing,
+        tables,
+        run_id=run_id,
+        flops=workload.flops,
+        progress=progress,
     )
-    summary = measured.summary(timing.noisy_iqr_ratio)
-    cold = cache_state == CacheState.COLD
     return {
         "run_id": run_id,
         "config_id": case.config_id,
@@ -184,19 +175,8 @@ def _time(backend, case, workload, spec, cache_state, timing, run_id, tables, pr
         "params": json.dumps(case.params, sort_keys=True),
         "dtype": case.dtype,
         "same_work_as": spec.get("same_work_as"),
-        "cache_state": cache_state,
-        "n_samples": summary.n_samples,
-        "median_s": summary.median_s,
-        "p25_s": summary.p25_s,
-        "p75_s": summary.p75_s,
-        "min_s": summary.min_s,
         "flops": int(workload.flops),
         "bytes_model": int(workload.bytes),
         "executed_flops": None if workload.executed_flops is None else int(workload.executed_flops),
-        "achieved_flops_per_s": workload.flops / summary.median_s,
-        "noisy": summary.noisy,
-        "flush_method": backend.flush_method if cold else None,
-        "flush_bytes": backend.flush_bytes if cold else 0,
-        **clock_flags(readings, timing.max_clock_change),
-        **add_gpu_processes(measured.verdict, readings).columns(),
+        **point,
     }

@@ -24,6 +24,19 @@ _DISTURBANCE = [
     ("gpu_other_processes", _I),
 ]
 
+# A timed point's samples: how many its statistics used, and their quantiles (s).
+_SAMPLED = [("n_samples", _I), ("median_s", _F), ("p25_s", _F), ("p75_s", _F), ("min_s", _F)]
+# The SM clock over a measurement's condition readings (before, during, after), and its flags:
+# clock range above the configured fraction, thermal or power cap seen, every clock-event reason
+# seen. Null where no SM clock was read (CPU).
+_SM_CLOCK = [
+    ("sm_clock_min_mhz", _F),
+    ("sm_clock_max_mhz", _F),
+    ("clock_moved", _B),
+    ("clock_capped", _B),
+    ("clock_events", _S),
+]
+
 TABLES: dict[str, pa.Schema] = {
     "runs": pa.schema(
         [
@@ -89,14 +102,7 @@ TABLES: dict[str, pa.Schema] = {
             ("working_set_min_bytes", _I),
             ("working_set_max_bytes", _I),
             ("n_points", _I),
-            # The SM clock over the measurement's condition readings (before, during, after),
-            # and its flags: clock range above the configured fraction, thermal or power cap
-            # seen, every clock-event reason seen. Null where no SM clock was read (CPU).
-            ("sm_clock_min_mhz", _F),
-            ("sm_clock_max_mhz", _F),
-            ("clock_moved", _B),
-            ("clock_capped", _B),
-            ("clock_events", _S),
+            *_SM_CLOCK,
             # The samples behind the value: the sweep point or FMA round that gave it, or the
             # library GEMM's configuration.
             ("config_id", _S),
@@ -155,25 +161,14 @@ TABLES: dict[str, pa.Schema] = {
             ("y_dtype", _S),
             ("layout", _S),
             ("cache_state", _S),
-            ("n_samples", _I),
-            ("median_s", _F),
-            ("p25_s", _F),
-            ("p75_s", _F),
-            ("min_s", _F),
+            *_SAMPLED,
             ("flops", _I),
             ("bytes_model", _I),
             ("achieved_flops_per_s", _F),
             ("noisy", _B),
             ("flush_method", _S),
             ("flush_bytes", _I),
-            # The SM clock over the measurement's condition readings (before, during, after),
-            # and its flags: clock range above the configured fraction, thermal or power cap
-            # seen, every clock-event reason seen. Null where no SM clock was read (CPU).
-            ("sm_clock_min_mhz", _F),
-            ("sm_clock_max_mhz", _F),
-            ("clock_moved", _B),
-            ("clock_capped", _B),
-            ("clock_events", _S),
+            *_SM_CLOCK,
             ("threads", _I),  # the GEMM library's thread pool, set explicitly (null on a GPU)
             *_DISTURBANCE,
         ]
@@ -193,11 +188,7 @@ TABLES: dict[str, pa.Schema] = {
             ("dtype", _S),
             ("same_work_as", _S),
             ("cache_state", _S),
-            ("n_samples", _I),
-            ("median_s", _F),
-            ("p25_s", _F),
-            ("p75_s", _F),
-            ("min_s", _F),
+            *_SAMPLED,
             ("flops", _I),
             ("bytes_model", _I),
             ("executed_flops", _I),
@@ -205,11 +196,7 @@ TABLES: dict[str, pa.Schema] = {
             ("noisy", _B),
             ("flush_method", _S),
             ("flush_bytes", _I),
-            ("sm_clock_min_mhz", _F),
-            ("sm_clock_max_mhz", _F),
-            ("clock_moved", _B),
-            ("clock_capped", _B),
-            ("clock_events", _S),
+            *_SM_CLOCK,
             ("threads", _I),
             *_DISTURBANCE,
         ]
