@@ -7,6 +7,8 @@ from pathlib import Path
 wildcard_constraints:
     sweep="[A-Za-z0-9_-]+",
     workload="[A-Za-z0-9_-]+",
+    name="[A-Za-z0-9_-]+",
+    kind="sweeps|workloads",
     machine="[A-Za-z0-9_-]+",
 
 
@@ -25,6 +27,11 @@ def sweep_param(wildcards):
 
 def workload_param(wildcards):
     return as_param(config["workloads"][wildcards.workload])
+
+
+def counted_param(wildcards):
+    """The config section of what a counters job counts: a sweep, or a workload."""
+    return as_param(config[wildcards.kind][wildcards.name])
 
 
 def workload_receipts(wildcards=None):
@@ -56,14 +63,22 @@ def correctness_receipts(wildcards=None):
 
 
 def counters_receipts(wildcards=None):
-    """One counters job per sweep and machine; none when `counters.enabled` is false."""
+    """One counters job per sweep or workload and machine; none when `counters.enabled` is
+    false."""
     if not config["counters"]["enabled"]:
         return []
-    return expand(
-        "results/sweeps/{sweep}/{machine}/counters.json",
-        sweep=sorted(config["sweeps"]),
-        machine=MACHINES,
-    )
+    return [
+        *expand(
+            "results/sweeps/{name}/{machine}/counters.json",
+            name=sorted(config["sweeps"]),
+            machine=MACHINES,
+        ),
+        *expand(
+            "results/workloads/{name}/{machine}/counters.json",
+            name=sorted(config["workloads"]),
+            machine=MACHINES,
+        ),
+    ]
 
 
 def measured_receipts():

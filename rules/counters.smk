@@ -1,14 +1,15 @@
-# Hardware counters of one sweep on one machine (issue 7, docs/counters.md): ncu on a GPU, perf on
-# a CPU, for a bounded list of the configurations the timing run timed; `unavailable` with the
-# reason where the tool or its counters cannot be used (the job still succeeds). Measuring: takes
-# every core (and the GPU), like the other measuring rules.
+# Hardware counters of one sweep or one workload on one machine (issue 7, docs/counters.md): ncu
+# on a GPU, perf on a CPU, for a bounded list of the configurations (a sweep's GEMMs, a
+# workload's cases) its timing run timed; `unavailable` with the reason where the tool or its
+# counters cannot be used (the job still succeeds). Measuring: takes every core (and the GPU),
+# like the other measuring rules.
 rule counters:
     input:
-        timing="results/sweeps/{sweep}/{machine}/timing.json",
+        timing="results/{kind}/{name}/{machine}/timing.json",
     output:
-        receipt="results/sweeps/{sweep}/{machine}/counters.json",
+        receipt="results/{kind}/{name}/{machine}/counters.json",
     log:
-        "logs/counters/{sweep}/{machine}.log",
+        "logs/counters/{kind}/{name}/{machine}.log",
     conda:
         "../environment.yml"
     threads: workflow.cores
@@ -16,7 +17,7 @@ rule counters:
         gpu=1,
         slurm_extra=machine_slurm_extra,
     params:
-        sweep=sweep_param,
+        target=counted_param,
         counters=as_param(config["counters"]),
         backend=config["backend"],
     script:

@@ -1,10 +1,12 @@
 """What the counters tests (tests/test_counters_*.py) share: where the recorded tool output lies
 (tests/fixtures/ncu, tests/fixtures/perf), how a recording is read (skipped where still owed to a
-GPU), and the config id they use."""
+GPU), the config id they use, and a stand-in ncu that replays recorded output."""
 
 from __future__ import annotations
 
 import gzip
+import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,3 +23,30 @@ def read(path: Path) -> str:
     if not path.exists():
         pytest.skip(f"{OWED} ({path.relative_to(FIXTURES)})")
     return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
+def replaying_ncu(tmp_path: Path) -> Path:
+    """A stand-in for ncu that replays RECORDED ncu output (tests/fixtures/ncu): its version
+    text, gh100's metric list, and the raw CSV of NVIDIA's sobelDouble sample report (an RTX
+    A4500 kernel, not a GEMM). It exercises the step's success path here; its counts belong to
+    that sample, so calibration must refuse them."""
+    query = gzip.decompress(
+        (FIXTURES / "ncu" / "query_metrics" / "gh100.ncu-2024.1.1.csv.gz").read_bytes()
+    )
+    (tmp_path / "query.csv").write_bytes(query)
+    script = tmp_path / "ncu"
+    script.write_text(
+        f"""#!{sys.executable}
+import shutil, sys
+args = sys.argv[1:]
+if args == ["--version"]:
+    sys.stdout.write(open({str(FIXTURES / "ncu" / "version" / "ncu-2024.1.1.stdout.txt")!r}).read())
+elif "--query-metrics" in args:
+    sys.stdout.write(open({str(tmp_path / "query.csv")!r}).read())
+else:
+    log = args[args.index("--log-file") + 1]
+    shutil.copy({str(FIXTURES / "ncu" / "import_sample" / "sobelDouble.raw.csv")!r}, log)
+"""
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script

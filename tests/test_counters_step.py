@@ -5,11 +5,8 @@ selection and status rules, and the hierarchical points from CONSTRUCTED counter
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
-import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +15,11 @@ from rooflab.backends.selection import select_backend
 from rooflab.cli import main
 from rooflab.config import validate_config
 from rooflab.counters.perf import pmu_note
+from rooflab.experiments.counter_targets import select_configs
 from rooflab.experiments.counters import (
     CounterSettings,
     counters_status,
     run_counters,
-    select_configs,
     status_row,
 )
 from rooflab.experiments.gemm import run_gemm_sweep
@@ -30,6 +27,7 @@ from rooflab.experiments.timing import TimingSettings
 from rooflab.records import TABLES, read_run, to_table, write_run
 from rooflab.roofline import counter_points, latest_ceilings_by_machine, roofline_points
 from tests import constructed_counters as constructed
+from tests.counters_fixtures import replaying_ncu
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NCU = Path("/tmp/aptnf/x/usr/lib/nsight-compute/ncu")  # Debian's nsight-compute, unpacked
@@ -191,35 +189,8 @@ def test_missing_tools_are_one_unavailable_row(timed, tmp_path):
         assert counters_status(tables["counters"]) == ("unavailable", row["reason"])
 
 
-def _replaying_ncu(tmp_path: Path) -> Path:
-    """A stand-in for ncu that replays RECORDED ncu output (tests/fixtures/ncu): its version
-    text, gh100's metric list, and the raw CSV of NVIDIA's sobelDouble sample report (an RTX
-    A4500 kernel, not a GEMM). It exercises the step's success path here; its counts belong to
-    that sample, so calibration must refuse them."""
-    query = gzip.decompress(
-        (FIXTURES / "ncu" / "query_metrics" / "gh100.ncu-2024.1.1.csv.gz").read_bytes()
-    )
-    (tmp_path / "query.csv").write_bytes(query)
-    script = tmp_path / "ncu"
-    script.write_text(
-        f"""#!{sys.executable}
-import shutil, sys
-args = sys.argv[1:]
-if args == ["--version"]:
-    sys.stdout.write(open({str(FIXTURES / "ncu" / "version" / "ncu-2024.1.1.stdout.txt")!r}).read())
-elif "--query-metrics" in args:
-    sys.stdout.write(open({str(tmp_path / "query.csv")!r}).read())
-else:
-    log = args[args.index("--log-file") + 1]
-    shutil.copy({str(FIXTURES / "ncu" / "import_sample" / "sobelDouble.raw.csv")!r}, log)
-"""
-    )
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return script
-
-
 def test_ncu_success_path_on_replayed_output(timed, tmp_path):
-    tables = _count(timed, CounterSettings(ncu=str(_replaying_ncu(tmp_path))), tool="ncu")
+    tables = _count(timed, CounterSettings(ncu=str(replaying_ncu(tmp_path))), tool="ncu")
     rows = tables["counters"]
     selected = ["s/fp64/nn/m1_n16_k16", "s/fp64/nn/m3_n16_k16", "s/fp64/nn/m5_n16_k16"]
     ok = [r for r in rows if r["metric"] is None and r["status"] == "ok"]
@@ -259,7 +230,7 @@ def test_a_filter_that_matches_nothing_stops_the_step_at_once(timed, tmp_path):
     """ncu that exits cleanly having profiled nothing (its recorded words, no CSV): the child
     ran its range, so the NVTX filter matched nothing; the same filter would miss every other
     configuration, so the step stops after the first profile instead of spending them all."""
-    script = _replaying_ncu(tmp_path)
+    script = replaying_ncu(tmp_path)
     no_kernel = (FIXTURES / "ncu" / "no_driver" / "profile.log.txt").read_text().splitlines()[-1]
     assert no_kernel == "==WARNING== No kernels were profiled."
     (tmp_path / "empty.csv").write_text(no_kernel + "\n")
@@ -284,7 +255,7 @@ def test_a_sweep_without_cold_timings_profiles_no_flushed_replay(timed, tmp_path
     rows = [r for r in warm_only["gemm_points"].to_pylist() if r["cache_state"] == "warm"]
     tables = {name: t.to_pylist() for name, t in warm_only.items()} | {"gemm_points": rows}
     run_dir = write_run(tmp_path / "warm", tables["runs"][0]["run_id"], tables)
-    settings = CounterSettings(ncu=str(_replaying_ncu(tmp_path)), configs=("s/fp64/nn/m3_n16_k16",))
+    settings = CounterSettings(ncu=str(replaying_ncu(tmp_path)), configs=("s/fp64/nn/m3_n16_k16",))
     counted = run_counters(
         timed["backend"], "s", timed["config"]["sweeps"]["s"], settings, run_dir, tool="ncu"
     )
@@ -493,5 +464,5 @@ def test_cli_measure_counters(timed, tmp_path, capsys):
     )
     other = ["measure", "counters", "--config", str(config), "--sweep", "t"]
     assert main([*other, "--timing", str(timed["run_dir"]), "--out", str(tmp_path / "o")]) == 2
-    assert "a gemm run of sweep 's', not a gemm run of sweep 't'" in capsys.readouterr().err
+    assert "a gemm run of 's', not a gemm run of sweep 't'" in capsys.readouterr().err
     assert len(list((tmp_path / "o").iterdir())) == 1  # nothing written by the refusals

@@ -90,7 +90,7 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
     workdir, result = campaign_run
     said = result.stdout + result.stderr
     assert "rooflab: the report is results/report/index.html" in result.stdout
-    assert "rooflab: the store is store/rooflab.duckdb (9 new run(s)" in result.stdout
+    assert "rooflab: the store is store/rooflab.duckdb (11 new run(s)" in result.stdout
     assert 'rooflab query --db store/rooflab.duckdb "SELECT * FROM latest_ceilings"' in said
     assert "Shell command" not in said
     assert "\x1b[K" not in said  # not a terminal: no status line anywhere
@@ -105,7 +105,7 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
 
 def test_campaign_fills_the_store(campaign):
     kinds = dict(sql(campaign, "SELECT kind, count(*) FROM runs GROUP BY kind"))
-    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2, "counters": 2, "workload": 2}
+    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2, "counters": 4, "workload": 2}
     assert not (campaign / "results" / "rooflab.duckdb").exists()  # config store.db, not here
     assert sql(campaign, "SELECT count(*) FROM gemm_points")[0][0] == 2 * 2 + 1
     assert sql(campaign, "SELECT count(*) FROM samples")[0][0] >= 5 * 3
@@ -116,7 +116,8 @@ def test_campaign_fills_the_store(campaign):
     assert (report / "roofline.png").stat().st_size > 0 and (report / "roofline.svg").exists()
     for log in ("ceilings/local", "correctness/a/local", "time_gemm/b/local", "roofline", "ingest"):
         assert (campaign / "logs" / f"{log}.log").stat().st_size > 0
-    assert (campaign / "logs" / "counters" / "a" / "local.log").stat().st_size > 0
+    for counted in ("sweeps/a", "workloads/fused"):
+        assert (campaign / "logs" / "counters" / counted / "local.log").stat().st_size > 0
 
 
 def test_workloads_reach_the_roofline_and_their_comparison(campaign):
@@ -138,8 +139,8 @@ def test_workloads_reach_the_roofline_and_their_comparison(campaign):
         "says FROM implementation_comparisons ORDER BY cache_state",
     )
     assert [row[:4] for row in compared] == [
-        ("fused", "unfused", "cold", 3 * 65536),
-        ("fused", "unfused", "warm", 3 * 65536),
+        ("fused", "unfused", "cold", 2 * 65536),
+        ("fused", "unfused", "warm", 2 * 65536),
     ]
     for *_, speedup, q, baseline_q, says in compared:
         assert (q, baseline_q) == (2 * 4 * 65536, 6 * 4 * 65536)  # fusion: a third of Q
@@ -148,12 +149,13 @@ def test_workloads_reach_the_roofline_and_their_comparison(campaign):
 
 
 def test_counters_job_records_its_status_and_the_points_keep_model_bytes(campaign):
-    """perf around each sweep's child on this CPU. On these development machines (no virtual
-    PMU) perf counts no hardware event: every counters job succeeds, records `unavailable` with
-    perf's reason, and every Roofline point keeps model bytes."""
-    for sweep in ("a", "b"):
-        receipt = json.loads((campaign / f"results/sweeps/{sweep}/local/counters.json").read_text())
-        timing = json.loads((campaign / f"results/sweeps/{sweep}/local/timing.json").read_text())
+    """perf around the child of each sweep and each workload on this CPU. On these development
+    machines (no virtual PMU) perf counts no hardware event: every counters job succeeds,
+    records `unavailable` with perf's reason, and every Roofline point keeps model bytes."""
+    for folder in ("sweeps/a", "sweeps/b", "workloads/fused", "workloads/unfused"):
+        receipt = json.loads((campaign / f"results/{folder}/local/counters.json").read_text())
+        timing = json.loads((campaign / f"results/{folder}/local/timing.json").read_text())
+        assert receipt["sweep"] == folder.split("/")[1]
         assert receipt["kind"] == "counters" and receipt["timing_run_id"] == timing["run_id"]
         assert receipt["status"] in ("unavailable", "ok", "partial", "none")
         summary = sql(
@@ -210,7 +212,7 @@ def test_editing_one_sweep_reruns_only_that_sweep(campaign):
     # The earlier run of sweep a is kept; the latest view shows the new M list.
     assert sql(campaign, "SELECT count(*) FROM runs WHERE kind = 'gemm' AND sweep = 'a'")[0][0] == 2
     counters = "SELECT sweep, count(*) FROM runs WHERE kind = 'counters' GROUP BY 1 ORDER BY 1"
-    assert sql(campaign, counters) == [("a", 2), ("b", 1)]
+    assert sql(campaign, counters) == [("a", 2), ("b", 1), ("fused", 1), ("unfused", 1)]
     latest = sql(
         campaign,
         "SELECT DISTINCT m FROM latest_gemm_points WHERE sweep = 'a' "

@@ -176,3 +176,44 @@ def test_the_public_name_is_rooflab_workload():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "rooflab.workloads"
     assert textwrap.dedent(_docs_example()).count("\n") <= 25  # the page's example stays short
+
+
+@pytest.mark.slow
+def test_in_a_campaign_a_bad_workload_fails_alone_with_keep_going(tmp_path):
+    """Two workloads, one whose entry cannot be imported: with --keep-going the good one is timed
+    and kept; the bad one's job fails with one line in its log naming it, and keeps nothing."""
+    from tests.conftest import copy_workflow
+
+    config = {
+        **FAST,
+        "sweeps": {},
+        "workloads": {
+            "good": {
+                "entry": "rooflab.workloads.builtin:relu_axpb_unfused",
+                "params": {"n": [4096]},
+            },
+            "bad": {"entry": "no_such_module:factory"},
+        },
+    }
+    workdir = copy_workflow(tmp_path, config)
+    receipts = [f"results/workloads/{name}/local/timing.json" for name in ("good", "bad")]
+    done = subprocess.run(
+        [installed_script("snakemake"), "--cores", "2", "--keep-going", *receipts],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    assert (workdir / receipts[0]).is_file()  # the good workload ran to the end
+    assert not (workdir / receipts[1]).exists()
+    runs = workdir / "results/workloads/bad/local/runs"  # made writable before measuring
+    assert not runs.exists() or list(runs.iterdir()) == []  # nothing half-written
+    said = (workdir / "logs/time_workload/bad/local.log").read_text().strip().splitlines()
+    assert len(said) == 1 and said[0].endswith(
+        "bad: cannot import 'no_such_module' "
+        "(ModuleNotFoundError: No module named 'no_such_module')"
+    )
+    output = done.stdout + done.stderr
+    assert "Error in rule time_workload" in output and "Traceback" not in output

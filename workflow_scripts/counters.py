@@ -1,19 +1,26 @@
-"""Rule counters: hardware counters of one sweep's timed configurations (ncu on a GPU, perf on a
-CPU), calibrated and paired with the sweep's timing run; `unavailable` with the reason otherwise."""
+"""Rule counters: hardware counters of one sweep's timed configurations or one workload's timed
+cases (ncu on a GPU, perf on a CPU), calibrated and paired with its timing run; `unavailable`
+with the reason otherwise."""
 
 import json
 
 from rooflab.backends.selection import select_backend
-from rooflab.experiments.counters import CounterSettings, counters_status, run_counters
+from rooflab.experiments.counters import (
+    CounterSettings,
+    counters_status,
+    run_counters,
+    run_workload_counters,
+)
 from rooflab.workflow import keep_run, log_to, read_receipt, ready_to_keep
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
-sweep_name, sweep = snakemake.wildcards.sweep, json.loads(snakemake.params.sweep)
+name, target = snakemake.wildcards.name, json.loads(snakemake.params.target)
 settings = CounterSettings.from_config(json.loads(snakemake.params.counters))
 timing = read_receipt(snakemake.input.timing)
 backend = select_backend(snakemake.params.backend)
-tables = run_counters(backend, sweep_name, sweep, settings, timing["run_dir"])
+count = run_counters if snakemake.wildcards.kind == "sweeps" else run_workload_counters
+tables = count(backend, name, target, settings, timing["run_dir"])
 status, reason = counters_status(tables["counters"])
 trusted = sum(bool(row["trusted"]) for row in tables["counter_calibration"])
 receipt = keep_run(

@@ -43,6 +43,13 @@ def compute_path(backend: str | None, dtype: str) -> str | None:
     return COMPUTE_PATH.get(backend or "cpu", {}).get(dtype)
 
 
+def workload_compute_path(dtype: str) -> str | None:
+    """The compute ceiling a workload case is judged against, on either backend: its dtype's FMA
+    chains. A user's kernel is no tensor-core GEMM, and its ledger's FLOPs are what the FP
+    counters count (add, mul, fma); None for a dtype without an FMA ceiling (no point)."""
+    return f"{dtype}_fma" if dtype in ("fp64", "fp32", "fp16") else None
+
+
 def datasheet_path(dtype: str) -> str:
     """The datasheet path (config/devices.yaml) a GEMM of one dtype runs on: the dtype's name,
     with the fp8 variants sharing one "fp8" path."""

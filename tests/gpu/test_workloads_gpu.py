@@ -1,11 +1,18 @@
 """The built-in workloads' CUDA paths (rooflab.workloads.builtin) on a real GPU: each factory's
 run() launches on the device and its check() against the float64 host reference passes, the
-timer measures every case warm and cold, and fusion moves the same F with a third of the Q."""
+timer measures every case warm and cold, fusion moves the same F with a third of the Q, and ncu
+counts each fp32 case's FLOPs as its ledger says it executes (within 1 %), the dense block
+product's included."""
+
+import os
+import shutil
 
 import pytest
 
+from rooflab.experiments.counters import CounterSettings, counters_status, run_workload_counters
 from rooflab.experiments.timing import TimingSettings
 from rooflab.experiments.workload_cases import build_case, run_workload
+from rooflab.records import write_run
 from rooflab.workloads import cases, check_error, load_entry
 from rooflab.workloads.builtin import DEFAULT_WORKLOADS
 
@@ -43,3 +50,29 @@ def test_fusion_is_timed_warm_and_cold_with_a_third_of_the_bytes(cuda):
         tables[n]["workload_points"][0] for n in ("relu_axpb_unfused", "relu_axpb_fused")
     )
     assert fused["flops"] == unfused["flops"] and 3 * fused["bytes_model"] == unfused["bytes_model"]
+
+
+NCU = os.environ.get("ROOFLAB_NCU") or shutil.which("ncu")
+
+
+@pytest.mark.parametrize(
+    "name", ["relu_axpb_unfused", "relu_axpb_fused", "blockdiag_dense", "blockdiag_blocks"]
+)
+def test_ncu_counts_what_the_ledger_says_each_case_executes(cuda, name, tmp_path):
+    if NCU is None:
+        pytest.skip("ncu (Nsight Compute CLI) is not on PATH; set ROOFLAB_NCU")
+    spec = {**DEFAULT_WORKLOADS[name], "params": SMALL[name], "cache_states": ["cold"]}
+    timing = run_workload(cuda, name, spec, FAST)
+    timing_dir = write_run(tmp_path / "runs", timing["runs"][0]["run_id"], timing)
+    settings = CounterSettings(ncu=NCU, cache_controls=("all",), timeout_s=300, max_configs=1)
+    tables = run_workload_counters(cuda, name, spec, settings, timing_dir)
+    status, reason = counters_status(tables["counters"])
+    if status == "unavailable":
+        pytest.skip(f"ncu could not count here: {reason}")
+    assert status == "ok", reason
+    (point,) = timing["workload_points"]
+    (cal,) = tables["counter_calibration"]
+    assert cal["compute_path"] == "fp32_fma"
+    assert cal["expected_flops"] == (point["executed_flops"] or point["flops"])
+    assert cal["trusted"], cal["reason"]  # FADD + FMUL + 2·FFMA = the executed ledger, within 1 %
+    assert cal["pairing"] == "flushed replay ↔ cold timing"

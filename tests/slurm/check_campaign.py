@@ -18,6 +18,7 @@ MEASURING = {
     "ceilings": "ceilings",
     "correctness": "correctness",
     "time_gemm": "gemm",
+    "time_workload": "workload",
     "counters": "counters",
 }
 SWEEPS = ("a", "b")  # tests/slurm/tiny.yaml
@@ -25,13 +26,15 @@ SWEEPS = ("a", "b")  # tests/slurm/tiny.yaml
 
 def slurm_jobs_from_logs(campaign: Path) -> dict[str, tuple[str, str | None]]:
     """Slurm job id -> (rule, sweep), from the plugin's kept logs rule_<rule>/<wildcards>/<id>.log,
-    where the plugin joins the wildcard values with "_": <sweep>_<machine>, or <machine>."""
+    where the plugin joins the wildcard values with "_": <sweep>_<machine>, <kind>_<sweep>_<machine>
+    (counters), or <machine>."""
     jobs = {}
     for log in (campaign / ".snakemake" / "slurm_logs").rglob("*.log"):
         parts = log.relative_to(campaign / ".snakemake" / "slurm_logs").parts
         rule = parts[0].removeprefix("rule_")
         wildcards = parts[1] if len(parts) == 3 else ""
-        jobs[log.stem] = (rule, wildcards.rsplit("_", 1)[0] if rule != "ceilings" else None)
+        sweep = wildcards.rsplit("_", 1)[0].removeprefix("sweeps_")  # counters: <kind>_<name>
+        jobs[log.stem] = (rule, sweep if rule != "ceilings" else None)
     return jobs
 
 

@@ -30,7 +30,13 @@ from rooflab.vocabulary import CACHE_STATES
 __all__ = ["build_parser", "main"]
 
 FORMATS = ("table", "csv", "json")
-RUN_KINDS = ("ceilings", "correctness", "gemm", "counters")  # runs.kind: what a job measured
+RUN_KINDS = (
+    "ceilings",
+    "correctness",
+    "gemm",
+    "workload",
+    "counters",
+)  # runs.kind: what a job measured
 FORMAT_HELP = (
     "table (the default: aligned, units in the header), or csv or json (numbers in base units: "
     "s, B, FLOP, FLOP/s, B/s)"
@@ -87,11 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
     gemm_measure = measure_commands.add_parser("gemm", help="one GEMM sweep of a config file")
     gemm_measure.add_argument("--sweep", required=True, help="sweep name in the config")
     counters = measure_commands.add_parser(
-        "counters", help="hardware counters of a timed sweep (ncu on a GPU, perf on a CPU)"
+        "counters",
+        help="hardware counters of a timed sweep or workload (ncu on a GPU, perf on a CPU)",
     )
-    counters.add_argument("--sweep", required=True, help="sweep name in the config")
+    counted = counters.add_mutually_exclusive_group(required=True)
+    counted.add_argument("--sweep", help="sweep name in the config")
+    counted.add_argument("--workload", help="workload name in the config")
     counters.add_argument(
-        "--timing", required=True, help="the sweep's timing run folder (rooflab measure gemm)"
+        "--timing",
+        required=True,
+        help="its timing run folder (rooflab measure gemm, or measure workload --out)",
     )
     workload = measure_commands.add_parser(
         "workload", help="your own kernel: a rooflab.Workload factory (docs/workloads.md)"

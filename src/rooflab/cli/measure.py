@@ -113,24 +113,32 @@ def _print_disturbance(tables: dict, table: str) -> None:
 
 
 def cmd_measure_counters(args) -> None:
-    from rooflab.experiments.counters import CounterSettings, counters_status, run_counters
+    from rooflab.experiments.counters import (
+        CounterSettings,
+        counters_status,
+        run_counters,
+        run_workload_counters,
+    )
     from rooflab.records import read_run, write_run
 
     backend, config = _backend_and_config(args)
-    if args.sweep not in config["sweeps"]:
-        known = ", ".join(config["sweeps"]) or "none"
-        raise UsageError(f"no sweep {args.sweep!r} in {args.config}; sweeps: {known}")
+    what, name = ("sweep", args.sweep) if args.sweep else ("workload", args.workload)
+    section, run_kind = {"sweep": ("sweeps", "gemm"), "workload": ("workloads", "workload")}[what]
+    if name not in config[section]:
+        known = ", ".join(config[section]) or "none"
+        raise UsageError(f"no {what} {name!r} in {args.config}; {section}: {known}")
     try:
         (timing_run,) = read_run(args.timing)["runs"].to_pylist()
     except (OSError, KeyError, ValueError) as error:
         raise UsageError(f"--timing {args.timing}: not a run folder ({error})") from None
-    if timing_run["kind"] != "gemm" or timing_run["sweep"] != args.sweep:
+    if timing_run["kind"] != run_kind or timing_run["sweep"] != name:
         raise UsageError(
-            f"--timing {args.timing}: a {timing_run['kind']} run of sweep "
-            f"{timing_run['sweep']!r}, not a gemm run of sweep {args.sweep!r}"
+            f"--timing {args.timing}: a {timing_run['kind']} run of {timing_run['sweep']!r}, "
+            f"not a {run_kind} run of {what} {name!r}"
         )
     settings = CounterSettings.from_config(config["counters"])
-    tables = run_counters(backend, args.sweep, config["sweeps"][args.sweep], settings, args.timing)
+    count = run_counters if what == "sweep" else run_workload_counters
+    tables = count(backend, name, config[section][name], settings, args.timing)
     run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
     print(f"rooflab: wrote {run_dir}", file=sys.stderr)
     status, reason = counters_status(tables["counters"])

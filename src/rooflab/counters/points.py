@@ -1,8 +1,9 @@
 """From counted FLOPs and bytes to Roofline points, under the rules that keep them honest.
 
-- **Calibrate before trusting** (`calibrate`): a path's counted FLOPs must match 2MNK of the GEMM
-  within 1%; a counter that reads zero, is missing, or misses the mark makes that path's counts
-  untrusted, and `hierarchical_points` refuses untrusted counts (fail closed).
+- **Calibrate before trusting** (`calibrate`, `calibrate_ledger`): a path's counted FLOPs must
+  match 2MNK of the GEMM, or the executed FLOPs of a workload's ledger, within 1%; a counter that
+  reads zero, is missing, or misses the mark makes that path's counts untrusted, and
+  `hierarchical_points` refuses untrusted counts (fail closed).
 - **Comparable conditions** (`pair`): bytes from a replay with `--cache-control all` (caches
   flushed before each pass) pair only with the `cold` timing of the same configuration, `none`
   only with `warm`; never across. The point's time is the paired timing's median, never ncu's
@@ -40,15 +41,20 @@ class PairingError(ValueError):
 @dataclass(frozen=True)
 class Calibration:
     path: str | None
-    m: int
-    n: int
-    k: int
+    m: int | None  # the GEMM's shape; None for a workload case (its ledger has no shape)
+    n: int | None
+    k: int | None
     counted_flops: float | None
-    expected_flops: int  # 2MNK, the GEMM's useful work
+    expected_flops: int  # what the counters must find: 2MNK, or a workload's executed FLOPs
     ratio: float | None  # counted / expected
     tolerance: float
     trusted: bool
     reason: str
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def calibrate(
@@ -60,13 +66,31 @@ def calibrate(
     *,
     path: str | None = None,
 ) -> Calibration:
-    """Trust a path's counted FLOPs only when they are within `tolerance` of 2MNK."""
+    """Trust a GEMM's counted FLOPs on a path only when they are within `tolerance` of 2MNK."""
     for name, value in (("m", m), ("n", n), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        _positive(name, value)
+    return calibrate_ledger(
+        counted_flops, 2 * m * n * k, tolerance, path=path, ledger="2MNK", shape=(m, n, k)
+    )
+
+
+def calibrate_ledger(
+    counted_flops: float | None,
+    expected_flops: int,
+    tolerance: float = 0.01,
+    *,
+    path: str | None = None,
+    ledger: str = "ledger",
+    shape: tuple[int, int, int] | None = None,
+) -> Calibration:
+    """Trust counted FLOPs only when they are within `tolerance` of the FLOPs a ledger says the
+    implementation executes (`ledger` names it in the reason: "2MNK" for a GEMM; a workload's
+    executed FLOPs, or its useful FLOPs where it declares no other)."""
+    _positive("expected_flops", expected_flops)
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
-    expected = 2 * m * n * k
+    expected = expected_flops
+    m, n, k = shape or (None, None, None)
     where = f"{path}: " if path else ""
 
     def result(trusted: bool, ratio: float | None, reason: str) -> Calibration:
@@ -79,16 +103,16 @@ def calibrate(
     if not math.isfinite(counted_flops) or counted_flops < 0:
         return result(False, None, f"counter reads {counted_flops!r}, not a count; untrusted")
     if counted_flops == 0:
-        return result(False, 0.0, f"counter reads zero for 2MNK = {expected} FLOP; untrusted")
+        return result(False, 0.0, f"counter reads zero for {ledger} = {expected} FLOP; untrusted")
     ratio = counted_flops / expected
     if abs(counted_flops - expected) > tolerance * expected:
         return result(
             False,
             ratio,
-            f"counted/2MNK = {ratio:.4g} (off by {abs(ratio - 1):.2%}, more than "
+            f"counted/{ledger} = {ratio:.4g} (off by {abs(ratio - 1):.2%}, more than "
             f"{tolerance:.0%}); counts untrusted",
         )
-    return result(True, ratio, f"counted/2MNK = {ratio:.6g}, within {tolerance:.0%}")
+    return result(True, ratio, f"counted/{ledger} = {ratio:.6g}, within {tolerance:.0%}")
 
 
 # cache_control of the replay -> (cache state of the timing it pairs with, the record's words)
@@ -158,6 +182,16 @@ def bypassed_levels(counted: Mapping[str, float]) -> dict[str, str]:
     return out
 
 
+def ledger_flops(timing: Mapping) -> tuple[int, int]:
+    """A timing's (useful, executed) FLOPs: a GEMM's 2MNK both (from its shape); a workload
+    case's `flops`, and its `executed_flops` where it declared them (else the useful ones)."""
+    if timing.get("m") is not None:
+        flops = 2 * timing["m"] * timing["n"] * timing["k"]
+        return flops, flops
+    flops = int(timing["flops"])
+    return flops, int(timing.get("executed_flops") or flops)
+
+
 def hierarchical_points(
     pairing: Pairing,
     calibration: Calibration,
@@ -170,10 +204,11 @@ def hierarchical_points(
 ) -> list[dict]:
     """One row per memory level with counted bytes (q_source "counters").
 
-    F is the GEMM's useful work 2MNK (as in every rooflab point), admitted only by a trusted
-    calibration of `compute_path`; untrusted counts raise `UntrustedCounts`. t is the paired
-    timing's median. Per level: I = F/Q_level and attainable = min(C, B_level·I_level) against
-    that level's own ceiling (`ceilings[level]` in B/s; `ceilings[compute_path]` in FLOP/s).
+    F is the useful work (2MNK for a GEMM, a workload's `flops`), as in every rooflab point,
+    admitted only by a trusted calibration of `compute_path` against the executed FLOPs;
+    untrusted counts raise `UntrustedCounts`. t is the paired timing's median. Per level:
+    I = F/Q_level and attainable = min(C, B_level·I_level) against that level's own ceiling
+    (`ceilings[level]` in B/s; `ceilings[compute_path]` in FLOP/s).
     `limiting_level` is the level whose term B·I is smallest; `limiter` is that level, or
     "compute" where C is lower still. A level without a measured ceiling keeps its intensity
     and gets no bound; a level in `bypassed_levels` gets no row."""
@@ -184,11 +219,18 @@ def hierarchical_points(
             f"calibration of {calibration.path} cannot admit a point on path {compute_path}"
         )
     timing = pairing.timing
-    shape = (timing["m"], timing["n"], timing["k"])
-    if shape != (calibration.m, calibration.n, calibration.k):
+    flops, executed = ledger_flops(timing)
+    if calibration.m is not None:
+        shape = (timing.get("m"), timing.get("n"), timing.get("k"))
+        if shape != (calibration.m, calibration.n, calibration.k):
+            raise ValueError(
+                f"calibration is for m,n,k = {calibration.m, calibration.n, calibration.k}"
+                f", the timing for {shape}"
+            )
+    elif executed != calibration.expected_flops:
         raise ValueError(
-            f"calibration is for m,n,k = {calibration.m, calibration.n, calibration.k}"
-            f", the timing for {shape}"
+            f"calibration is for {calibration.expected_flops} executed FLOP, the timing's "
+            f"ledger says {executed}"
         )
     if compute_path not in ceilings:
         raise ValueError(f"no compute ceiling for path {compute_path}")
@@ -200,7 +242,6 @@ def hierarchical_points(
     bounded = {lv: q for lv, q in counted.items() if lv in ceilings}
     if not bounded:
         raise ValueError(f"no bandwidth ceiling for any counted level ({', '.join(counted)})")
-    flops = calibration.expected_flops
     peak = float(ceilings[compute_path])
     whole = hierarchical_bound(flops, bounded, peak, {lv: ceilings[lv] for lv in bounded})
     limiting = min(whole.levels.values(), key=lambda term: term.attainable_flops_per_s).level
@@ -217,11 +258,13 @@ def hierarchical_points(
                 "cache_state": pairing.cache_state,
                 "machine_id": timing.get("machine_id"),
                 "sweep": timing.get("sweep"),
-                "m": timing["m"],
-                "n": timing["n"],
-                "k": timing["k"],
+                "m": timing.get("m"),
+                "n": timing.get("n"),
+                "k": timing.get("k"),
                 "dtype": timing.get("dtype"),
                 "layout": timing.get("layout"),
+                "params": timing.get("params"),
+                "executed_flops": timing.get("executed_flops"),
                 "level": level,
                 "q_source": "counters",
                 "bytes": round(q),

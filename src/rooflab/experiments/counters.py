@@ -1,13 +1,16 @@
-"""The counters step of one sweep (issue 7; docs/counters.md): hardware counters for a bounded
-list of its timed configurations, calibrated and paired, or `unavailable` with the reason.
+"""The counters step of one sweep or workload (issue 7, issue 28; docs/counters.md): hardware
+counters for a bounded list of its timed configurations (`experiments.counter_targets`: a
+sweep's GEMMs, a workload's cases), calibrated and paired, or `unavailable` with the reason.
 
 - CUDA backend: each selected configuration runs once inside its NVTX range in a child process
-  (`python -m rooflab.experiments.profiled_gemm`) under `ncu`, once per cache control (`all`: caches
-  flushed before each replay pass, pairs with the `cold` timing; `none`: pairs with `warm`). The
-  metric list is queried for the machine's chip first (what it lacks is recorded as missing).
-  Counters are summed over every kernel in the range, per-kernel rows kept. The GEMM's compute
-  path (`rooflab.vocabulary.COMPUTE_PATH`) is calibrated against 2MNK, and the replay is paired
-  with the timing of the matching cache state in the timing run the step was given.
+  (`python -m rooflab.experiments.profiled_gemm`, or `profiled_workload` for a workload's case)
+  under `ncu`, once per cache control (`all`: caches flushed before each replay pass, pairs with
+  the `cold` timing; `none`: pairs with `warm`). The metric list is queried for the machine's
+  chip first (what it lacks is recorded as missing). Counters are summed over every kernel in
+  the range, per-kernel rows kept. The counted FLOPs of the configuration's compute path are
+  calibrated against what it executes (a GEMM's 2MNK on `vocabulary.COMPUTE_PATH`; a workload
+  case's executed FLOPs, else its useful ones, on its dtype's FMA path), and the replay is
+  paired with the timing of the matching cache state in the timing run the step was given.
 - CPU backend: `perf stat` around the same child, its events enabled only around the measured
   call (`--control`); events perf counts are recorded with what follows from them (IPC, an
   LLC-miss byte *estimate*), events it cannot count as unavailable with perf's words. No FLOP
@@ -26,7 +29,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rooflab.backends.base import Backend
@@ -52,15 +55,19 @@ from rooflab.counters.perf import (
     pmu_note,
     run_perf_stat,
 )
-from rooflab.counters.points import PAIRINGS, PairingError, calibrate, pair
+from rooflab.counters.points import PAIRINGS, PairingError, calibrate_ledger, pair
 from rooflab.counters.tool import Unavailable, run_tool
-from rooflab.experiments.gemm import GemmConfig, sweep_configs
+from rooflab.experiments.counter_targets import (
+    CountTarget,
+    case_target,
+    gemm_target,
+    select_cases,
+    select_configs,
+)
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.profiled_gemm import child_command
 from rooflab.experiments.runs import conditions_row, run_row
 from rooflab.progress import Progress
-from rooflab.records import new_run_id, read_run, utc_now
-from rooflab.vocabulary import compute_path
+from rooflab.records import new_run_id, read_run, timed_rows, utc_now
 
 log = logging.getLogger("rooflab")
 
@@ -96,43 +103,6 @@ class CounterSettings:
     def from_config(cls, section: Mapping) -> CounterSettings:
         tuples = ("configs", "cache_controls", "perf_events")
         return cls(**{k: tuple(v) if k in tuples else v for k, v in section.items()})
-
-
-@dataclass(frozen=True)
-class Selection:
-    configs: list[GemmConfig]
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (config_id, why)
-
-
-def select_configs(
-    sweep_name: str, sweep: Mapping, timed_config_ids: set[str], settings: CounterSettings
-) -> Selection:
-    """The configurations to count: those of `settings.configs` that belong to this sweep, or
-    else at most `max_configs` of the timed ones, evenly spaced in the sweep's order (dtype,
-    layout, N, K, then M ascending), so the smallest and largest M are always among them (one
-    configuration: the last, the largest M). Only timed configurations are counted (a replay
-    needs a timing to pair with); a listed one that was not timed is skipped, with the reason."""
-    configs = sweep_configs(sweep_name, dict(sweep))
-    if settings.configs:
-        listed = [c for c in settings.configs if c.split("/", 1)[0] == sweep_name]
-        known = {c.config_id: c for c in configs}
-        chosen, skipped = [], []
-        for config_id in listed:
-            if config_id not in known:
-                skipped.append((config_id, f"not a configuration of sweep {sweep_name}"))
-            elif config_id not in timed_config_ids:
-                skipped.append((config_id, "not timed (failed its correctness check?)"))
-            else:
-                chosen.append(known[config_id])
-        return Selection(chosen, skipped)
-    timed = [c for c in configs if c.config_id in timed_config_ids]
-    count = min(settings.max_configs, len(timed))
-    if count == 0:
-        return Selection([])
-    if count == 1:
-        return Selection([timed[-1]])
-    picks = sorted({round(i * (len(timed) - 1) / (count - 1)) for i in range(count)})
-    return Selection([timed[i] for i in picks])
 
 
 def status_row(run_id: str, config_id: str | None, status: str, reason: str | None, **extra):
@@ -180,69 +150,95 @@ def run_counters(
     backend and perf on the CPU.
 
     Holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
-    with measuring(f"counters of sweep {sweep_name}"), Progress(f"counters {sweep_name}") as p:
-        return _run_counters(backend, sweep_name, sweep, settings, timing_run_dir, p, tool, run_id)
+
+    def targets(timings: list[dict]) -> tuple[list[CountTarget], list[tuple[str, str]]]:
+        selection = select_configs(sweep_name, sweep, {t["config_id"] for t in timings}, settings)
+        warmup, seed = settings.warmup_calls, sweep["seed"]
+        chosen = [gemm_target(c, seed, backend.name, warmup) for c in selection.configs]
+        return chosen, selection.skipped
+
+    return _count(
+        backend, sweep_name, "sweep", sweep, settings, timing_run_dir, targets, tool, run_id
+    )
 
 
-def _run_counters(
+def run_workload_counters(
     backend: Backend,
-    sweep_name: str,
-    sweep: Mapping,
+    name: str,
+    spec: Mapping,
     settings: CounterSettings,
     timing_run_dir: str | Path,
-    progress: Progress,
+    *,
     tool: str | None = None,
     run_id: str | None = None,
 ) -> dict[str, list[dict]]:
-    tool = tool or ("ncu" if backend.name == "cuda" else "perf")
-    if tool not in TOOLS:
-        raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
-    run_id = run_id or new_run_id()
-    started = utc_now()
-    timing = read_run(timing_run_dir)
-    (timing_run,) = timing["runs"].to_pylist()
-    points = timing["gemm_points"].to_pylist() if "gemm_points" in timing else []
-    timings = [{**p, "machine_id": timing_run["machine_id"]} for p in points]
-    selection = select_configs(sweep_name, sweep, {p["config_id"] for p in points}, settings)
-    tables: dict[str, list[dict]] = {"conditions": [], "counters": [], "counter_calibration": []}
-    tables["conditions"].append(conditions_row(backend, run_id, "before"))
-    common = {"tool": tool}
-    for config_id, why in selection.skipped:
-        tables["counters"].append(status_row(run_id, config_id, "skipped", why, **common))
-    step = _NcuStep if tool == "ncu" else _PerfStep
-    context = _Context(backend, sweep, settings, timings, run_id, tables, progress)
-    runs = len(settings.cache_controls) if tool == "ncu" else 1  # tool runs per configuration
-    progress.plan([1.0] * runs * len(selection.configs), seconds_per_unit=None)
-    if selection.configs:
-        step(context).run(selection.configs)
-    tables["conditions"].append(conditions_row(backend, run_id, "after"))
-    status, reason = counters_status(tables["counters"])
-    log.info("counters of sweep %s with %s: %s (%s)", sweep_name, tool, status, reason or "")
-    run_settings = {  # what was asked for and of which timing run (the outcome is in the rows)
-        "counters": asdict(settings),
-        "tool": tool,
-        "timing_run_id": timing_run["run_id"],
-        "selected": [c.config_id for c in selection.configs],
-        "sweep": dict(sweep),
-    }
-    tables["runs"] = [
-        run_row(
-            backend,
-            run_id=run_id,
-            kind="counters",
-            sweep=sweep_name,
-            started_at=started,
-            ended_at=utc_now(),
-            settings=run_settings,
-        )
-    ]
-    return tables
+    """Count the selected cases of one workload (`spec`: its config section) as `run_counters`
+    counts a sweep's GEMMs: each case's run() once in its NVTX range, in a child that builds
+    the case as the timing run did; ncu's FLOPs calibrated against the FLOPs its ledger says
+    it executes."""
+
+    def targets(timings: list[dict]) -> tuple[list[CountTarget], list[tuple[str, str]]]:
+        selection = select_cases(name, spec, {t["config_id"] for t in timings}, settings)
+        row = {t["config_id"]: t for t in timings}
+        chosen = [
+            case_target(case, row[case.config_id], spec, backend.name, settings.warmup_calls)
+            for case in selection.configs
+        ]
+        return chosen, selection.skipped
+
+    return _count(backend, name, "workload", spec, settings, timing_run_dir, targets, tool, run_id)
+
+
+def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, run_id) -> dict:
+    """The step for a sweep or a workload (`kind`), its targets chosen by `targets(timings)`."""
+    with measuring(f"counters of {kind} {name}"), Progress(f"counters {name}") as progress:
+        tool = tool or ("ncu" if backend.name == "cuda" else "perf")
+        if tool not in TOOLS:
+            raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
+        run_id = run_id or new_run_id()
+        started = utc_now()
+        timing = read_run(timing_run_dir)
+        (timing_run,) = timing["runs"].to_pylist()
+        timings = [{**p, "machine_id": timing_run["machine_id"]} for p in timed_rows(timing)]
+        chosen, skipped = targets(timings)
+        before = conditions_row(backend, run_id, "before")
+        tables = {"conditions": [before], "counters": [], "counter_calibration": []}
+        common = {"tool": tool}
+        for config_id, why in skipped:
+            tables["counters"].append(status_row(run_id, config_id, "skipped", why, **common))
+        step = _NcuStep if tool == "ncu" else _PerfStep
+        context = _Context(backend, settings, timings, run_id, tables, progress)
+        runs = len(settings.cache_controls) if tool == "ncu" else 1  # tool runs per configuration
+        progress.plan([1.0] * runs * len(chosen), seconds_per_unit=None)
+        if chosen:
+            step(context).run(chosen)
+        tables["conditions"].append(conditions_row(backend, run_id, "after"))
+        status, reason = counters_status(tables["counters"])
+        log.info("counters of %s with %s: %s (%s)", name, tool, status, reason or "")
+        run_settings = {  # what was asked for and of which timing run (the outcome is in the rows)
+            "counters": asdict(settings),
+            "tool": tool,
+            "timing_run_id": timing_run["run_id"],
+            "selected": [t.config_id for t in chosen],
+            kind: dict(spec),
+        }
+        tables["runs"] = [
+            run_row(
+                backend,
+                run_id=run_id,
+                kind="counters",
+                sweep=name,
+                started_at=started,
+                ended_at=utc_now(),
+                settings=run_settings,
+            )
+        ]
+        return tables
 
 
 @dataclass
 class _Context:
     backend: Backend
-    sweep: Mapping
     settings: CounterSettings
     timings: list[dict]
     run_id: str
@@ -265,7 +261,7 @@ class _NcuStep:
         row = status_row(self.c.run_id, config_id, "unavailable", reason, tool="ncu", **extra)
         self.add([{**row, "tool_version": self.version, "chip": self.chip}])
 
-    def run(self, configs: list[GemmConfig]) -> None:
+    def run(self, configs: list[CountTarget]) -> None:
         settings = self.c.settings
         version = ncu_version(settings.ncu, timeout_s=min(settings.timeout_s, 120))
         if isinstance(version, Unavailable):
@@ -306,9 +302,8 @@ class _NcuStep:
             row = status_row(c.run_id, config.config_id, "skipped", why, tool="ncu")
             self.add([{**row, "cache_control": cache_control}])
             return True
-        child = child_command(config, c.sweep["seed"], c.backend.name, settings.warmup_calls)
         command = ncu_command(
-            child,
+            list(config.child),
             nvtx_range=counters_range(config.config_id),
             metrics=plan.metrics,
             cache_control=cache_control,
@@ -358,24 +353,24 @@ class _NcuStep:
         self.add([row])
 
     def calibrate(self, config, cache_control, result: NcuResult, plan, machine_id) -> None:
-        path = compute_path(self.c.backend.name, config.dtype)
+        path = config.compute_path
         counted = flops_from_counters(result.totals, tensor_metrics=plan.tensor_metrics)
-        seen = calibrate(
+        seen = calibrate_ledger(
             counted.flops(path) if path else None,
-            config.m,
-            config.n,
-            config.k,
+            config.expected_flops,
             CALIBRATION_TOLERANCE,
             path=path,
+            ledger=config.ledger,
+            shape=config.shape,
         )
         row = {
             "run_id": self.c.run_id,
             "config_id": config.config_id,
             "cache_control": cache_control,
             "compute_path": path,
-            "m": config.m,
-            "n": config.n,
-            "k": config.k,
+            "m": seen.m,
+            "n": seen.n,
+            "k": seen.k,
             "counted_flops": seen.counted_flops,
             "expected_flops": seen.expected_flops,
             "ratio": seen.ratio,
@@ -413,7 +408,7 @@ class _PerfStep:
     def __init__(self, context: _Context):
         self.c = context
 
-    def run(self, configs: list[GemmConfig]) -> None:
+    def run(self, configs: list[CountTarget]) -> None:
         c, settings = self.c, self.c.settings
         version = run_tool("perf", [settings.perf, "--version"], min(settings.timeout_s, 60))
         if isinstance(version, Unavailable):
@@ -437,16 +432,15 @@ class _PerfStep:
             if rows[-1]["status"] == "unavailable":
                 return  # nothing counted: the next configuration meets the same PMU and perf
 
-    def measure(self, config: GemmConfig) -> PerfStat | Unavailable:
-        c, settings = self.c, self.c.settings
+    def measure(self, config: CountTarget) -> PerfStat | Unavailable:
+        settings = self.c.settings
         with tempfile.TemporaryDirectory(prefix="rooflab-perf-") as folder:
             ctl, ack = Path(folder) / "ctl.fifo", Path(folder) / "ack.fifo"
             os.mkfifo(ctl)
             os.mkfifo(ack)
-            child = child_command(config, c.sweep["seed"], c.backend.name, settings.warmup_calls)
             command = perf_stat_command(
                 settings.perf_events,
-                [*child, "--perf-control", f"{ctl},{ack}"],
+                [*config.child, "--perf-control", f"{ctl},{ack}"],
                 perf=settings.perf,
                 output_path=Path(folder) / "perf.txt",
                 control=(ctl, ack),

@@ -23,7 +23,13 @@ from rooflab.records.run_folder import (
     utc_now,
     write_run,
 )
-from rooflab.records.tables import DERIVED_TABLES, MEASURED_TABLES, SCHEMA_VERSION, TABLES
+from rooflab.records.tables import (
+    DERIVED_TABLES,
+    MEASURED_TABLES,
+    SCHEMA_VERSION,
+    TABLES,
+    timed_rows,
+)
 from rooflab.records.writable import NotWritable, check_writable
 
 __all__ = [
@@ -45,6 +51,7 @@ __all__ = [
     "read_table_file",
     "run_ids_of",
     "stable_hash",
+    "timed_rows",
     "to_table",
     "utc_now",
     "write_run",

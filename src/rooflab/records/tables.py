@@ -398,3 +398,10 @@ DERIVED_TABLES = (
 )
 # Tables a measuring job writes into its run folder.
 MEASURED_TABLES = tuple(name for name in TABLES if name not in DERIVED_TABLES)
+
+
+def timed_rows(tables: dict) -> list[dict]:
+    """A timing run's points (its tables as read_run gives them): a sweep's GEMM configurations
+    (gemm_points), or a workload's cases (workload_points)."""
+    timed = [t for name in ("gemm_points", "workload_points") for t in [tables.get(name)] if t]
+    return [row for table in timed for row in table.to_pylist()]

@@ -68,16 +68,17 @@ ROOFLINE_HOW = (
 )
 
 HIERARCHICAL_HOW = (
-    "Hardware counters (q_source = counters): each configuration and cache state is one "
-    "performance, its paired timing's median (flushed replay with the cold timing, no-flush "
-    "replay with the warm one, never across), drawn at one intensity per memory level: 2MNK over "
-    "the bytes counted at that level (HBM from DRAM bytes, L2 from lts bytes, L1 from l1tex "
-    "bytes). Its points are joined by a line; each is read against its own level's roof (same "
-    "colour), and the tightest one is the limiting level. Only counts whose FLOPs matched 2MNK "
-    "within 1% are drawn. A level that counted under half the bytes of the level outside it "
-    "gets no point: the kernel moved its data around that counter (cuBLAS on Hopper loads "
-    "through TMA into shared memory, which l1tex bytes do not see); its count stays in the "
-    "counters table."
+    "Hardware counters (q_source = counters): each configuration (a GEMM, or a case of your "
+    "workload) and cache state is one performance, its paired timing's median (flushed replay "
+    "with the cold timing, no-flush replay with the warm one, never across), drawn at one "
+    "intensity per memory level: the useful FLOPs (2MNK for a GEMM) over the bytes counted at "
+    "that level (HBM from DRAM bytes, L2 from lts bytes, L1 from l1tex bytes). Its points are "
+    "joined by a line; each is read against its own level's roof (same colour), and the "
+    "tightest one is the limiting level. Only counts whose FLOPs matched what the ledger "
+    "executes (2MNK, or a workload's executed FLOPs) within 1% are drawn. A level that counted "
+    "under half the bytes of the level outside it gets no point: the kernel moved its data "
+    "around that counter (cuBLAS on Hopper loads through TMA into shared memory, which l1tex "
+    "bytes do not see); its count stays in the counters table."
 )
 
 

@@ -32,14 +32,21 @@ from rooflab.counters.points import (
     UntrustedCounts,
     bypassed_levels,
     calibrate,
+    calibrate_ledger,
     hierarchical_points,
     model_vs_counted,
     pair,
 )
 from rooflab.machine import cache_bytes_by_level
 from rooflab.model import bound
-from rooflab.records import read_run, to_table
-from rooflab.vocabulary import MEMORY_LEVEL, MEMORY_LEVELS, CacheState, compute_path
+from rooflab.records import read_run, timed_rows, to_table
+from rooflab.vocabulary import (
+    MEMORY_LEVEL,
+    MEMORY_LEVELS,
+    CacheState,
+    compute_path,
+    workload_compute_path,
+)
 
 
 def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
@@ -89,6 +96,14 @@ def resident_level(
     return memory_level
 
 
+def point_compute_path(backend: str | None, point: dict) -> str | None:
+    """The compute roof of a timed point: a GEMM's dtype's path on its backend, a workload
+    case's (a row with params) its dtype's FMA chains."""
+    if point.get("m") is None and "params" in point:
+        return workload_compute_path(point["dtype"])
+    return compute_path(backend, point["dtype"])
+
+
 def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list[dict]:
     """Each timed point (a GEMM configuration, or a workload case) of these runs against the
     latest ceilings of its own machine, in its cache state; none without them."""
@@ -100,9 +115,8 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
         if machine is None:
             continue
         # a library GEMM's points, or a workload's (your own kernel: no shape, its params)
-        timed = [t for name in ("gemm_points", "workload_points") for t in [tables.get(name)] if t]
-        for point in (row for table in timed for row in table.to_pylist()):
-            path = compute_path(run.get("backend"), point["dtype"])
+        for point in timed_rows(tables):
+            path = point_compute_path(run.get("backend"), point)
             level = resident_level(
                 point["bytes_model"],
                 machine["caches"],
@@ -164,12 +178,13 @@ def timing_flags(point: dict) -> dict:
 
 
 def _timings_by_run(gemm_run_dirs: Iterable[Path]) -> dict[str, list[dict]]:
-    """run_id -> its gemm_points rows, each with the run's machine_id."""
+    """run_id -> its timed points (gemm_points or workload_points rows), each with the run's
+    machine_id."""
     timings = {}
     for run_dir in gemm_run_dirs:
         tables = read_run(run_dir)
         (run,) = tables["runs"].to_pylist()
-        rows = tables["gemm_points"].to_pylist() if "gemm_points" in tables else []
+        rows = timed_rows(tables)
         timings[run["run_id"]] = [{**row, "machine_id": run["machine_id"]} for row in rows]
     return timings
 
@@ -201,14 +216,7 @@ def counter_points(
         for cal in calibrations.to_pylist() if calibrations is not None else []:
             key = (cal["config_id"], cal["cache_control"])
             what = f"{cal['config_id']} (--cache-control {cal['cache_control']})"
-            checked = calibrate(
-                cal["counted_flops"],
-                cal["m"],
-                cal["n"],
-                cal["k"],
-                cal["tolerance"],
-                path=cal["compute_path"],
-            )
+            checked = recalibrate(cal)
             if not checked.trusted:
                 notes.append(f"{what}: {checked.reason}")
                 continue
@@ -250,6 +258,24 @@ def counter_points(
                 for row in rows
             ]
     return points, notes
+
+
+def recalibrate(cal: dict):
+    """A stored calibration checked again from its counted FLOPs (fail closed): a GEMM's against
+    2MNK of its shape, a workload case's against its stored expected FLOPs (which
+    hierarchical_points then holds to the paired timing's ledger)."""
+    if cal["m"] is not None:
+        return calibrate(
+            cal["counted_flops"],
+            cal["m"],
+            cal["n"],
+            cal["k"],
+            cal["tolerance"],
+            path=cal["compute_path"],
+        )
+    return calibrate_ledger(
+        cal["counted_flops"], cal["expected_flops"], cal["tolerance"], path=cal["compute_path"]
+    )
 
 
 def _against_model(row: dict, bytes_model) -> dict:
