@@ -285,3 +285,50 @@ def test_cli_measure_counters_of_a_workload(timed, tmp_path, capsys):
     assert main([*base, "--workload", "nope", *timing]) == 2
     assert "no workload 'nope'" in capsys.readouterr().err
     assert len(list((tmp_path / "o").iterdir())) == 1  # nothing written by the refusals
+
+
+def test_counted_points_of_a_case_reach_the_store_with_their_model_bytes(timed, tmp_path):
+    """Through the roofline step, ingest and the report's view as a campaign would take them:
+    `latest_counted_points` carries the case's own ledger bytes beside the counted ones."""
+    import duckdb
+
+    from rooflab.roofline import build_analysis, write_analysis
+    from rooflab.store import ingest
+
+    results = tmp_path / "results"
+    timing_dir = results / "workloads" / "runs" / timed["run_dir"].name
+    shutil.copytree(timed["run_dir"], timing_dir)
+    kept, machine = _constructed_counts(timed, results / "workloads", 1.002)
+    (timing_run,) = read_run(timing_dir)["runs"].to_pylist()
+    ceilings_id = "20990101T000000Z-ceilings"
+    rows = [
+        {"run_id": ceilings_id, "kind": kind, "name": name, "kernel": "constructed", "value": v}
+        | {"unit": unit}
+        for kind, name, v, unit in (
+            ("bandwidth", "HBM", 1e10, "B/s"),
+            ("bandwidth", "L2", 1e11, "B/s"),
+            ("compute", "fp32_fma", 1e12, "FLOP/s"),
+        )
+    ]
+    run = {**timing_run, "run_id": ceilings_id, "kind": "ceilings", "sweep": None}
+    ceilings = write_run(
+        results / "ceilings" / "runs", ceilings_id, {"runs": [run], "ceilings": rows}
+    )
+    analysis = build_analysis([ceilings], [timing_dir], [kept])
+    assert analysis.points.notes == [] and len(analysis.points.counted) == 4
+    write_analysis(analysis, results / "roofline")
+    db = tmp_path / "store.duckdb"
+    ingest(db, results)
+    with duckdb.connect(str(db), read_only=True) as con:
+        seen = con.execute(
+            "SELECT config_id, cache_state, level, bytes, bytes_model, disturbed "
+            "FROM latest_counted_points ORDER BY cache_state, level"
+        ).fetchall()
+    model = timed["points"][("dense/fp32/blocks2_k8_n128", "cold")]["bytes_model"]
+    assert [row[1:] for row in seen] == [
+        ("cold", "HBM", 90000, model, False),
+        ("cold", "L2", 300000, model, False),
+        ("warm", "HBM", 90000, model, False),
+        ("warm", "L2", 300000, model, False),
+    ]
+    assert {row[0] for row in seen} == {"dense/fp32/blocks2_k8_n128"} and machine
