@@ -29,6 +29,7 @@ include: "rules/ceilings.smk"
 include: "rules/gemm.smk"
 include: "rules/workloads.smk"
 include: "rules/counters.smk"
+include: "rules/stages.smk"
 include: "rules/roofline.smk"
 include: "rules/store.smk"
 

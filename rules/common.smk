@@ -8,6 +8,7 @@ wildcard_constraints:
     sweep="[A-Za-z0-9_-]+",
     workload="[A-Za-z0-9_-]+",
     name="[A-Za-z0-9_-]+",
+    scenario="[A-Za-z0-9_-]+",
     kind="sweeps|workloads",
     machine="[A-Za-z0-9_-]+",
 
@@ -32,6 +33,20 @@ def workload_param(wildcards):
 def counted_param(wildcards):
     """The config section of what a counters job counts: a sweep, or a workload."""
     return as_param(config[wildcards.kind][wildcards.name])
+
+
+def scenario_param(wildcards):
+    return as_param(config["stages"][wildcards.scenario])
+
+
+def stage_receipts(wildcards=None):
+    """One measure_stages job per measurable stages scenario and machine."""
+    measurable = sorted(n for n, s in config["stages"].items() if s.get("measurable"))
+    return expand(
+        "results/stages/{scenario}/{machine}/timing.json",
+        scenario=measurable,
+        machine=MACHINES,
+    )
 
 
 def workload_receipts(wildcards=None):
@@ -89,6 +104,7 @@ def measured_receipts():
         *timing_receipts(),
         *counters_receipts(),
         *workload_receipts(),
+        *stage_receipts(),
     ]
 
 

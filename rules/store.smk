@@ -7,6 +7,7 @@ rule ingest:
         timings=timing_receipts,
         counters=counters_receipts,
         workloads=workload_receipts,
+        stages=stage_receipts,
         roofline=rules.roofline.output.inputs,
     output:
         receipt="results/store/ingest.json",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rooflab.cli import RUN_KINDS
 from rooflab.devices import load_device_presets
 from rooflab.records import DERIVED_TABLES, TABLES
 from rooflab.roofline import build_analysis, write_analysis
@@ -219,7 +220,7 @@ def test_the_store_page_names_every_join_key_and_run_kind():
             if key in schema.names:
                 assert f"`{key}`" in rows[table], f"docs/store.md: {table} lacks `{key}`"
     kinds = re.search(r"`kind` \(([^)]*)\)", rows["runs"]).group(1)
-    assert set(kinds.split(", ")) == {"ceilings", "correctness", "gemm", "counters", "workload"}
+    assert set(kinds.split(", ")) == set(RUN_KINDS)
     assert "ceiling_conditions" in page and "latest_roofline_points" in page
     assert "regexp_replace(ceilings.config_id, '/ws[0-9]+$', '')" in page
 

@@ -13,7 +13,14 @@ from tests.conftest import REPO, copy_workflow, installed_script
 pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
 
 PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-MEASURING = ("ceilings", "correctness", "time_gemm", "time_workload", "counters")
+MEASURING = (
+    "ceilings",
+    "correctness",
+    "time_gemm",
+    "time_workload",
+    "counters",
+    "measure_stages",
+)
 TINY = yaml.safe_load((REPO / "tests" / "slurm" / "tiny.yaml").read_text())  # two sweeps
 
 

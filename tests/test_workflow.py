@@ -34,6 +34,17 @@ TINY = {
         "a": {"m": [1, 2], "n": [16], "k": [16], "dtypes": ["fp64"]},
         "b": {"m": [3], "n": [8], "k": [8], "dtypes": ["fp32"], "cache_states": ["warm"]},
     },
+    # stages measured serial and overlapped (docs/timelines.md), a few ms each
+    "stages": {
+        "overlap": {
+            "measurable": True,
+            "compute_path": "fp64_fma",
+            "stages": [
+                {"name": "A", "kernel": "stream", "time_s": 0.003},
+                {"name": "B", "kernel": "fma", "time_s": 0.003, "after": ["A"]},
+            ],
+        }
+    },
     # two implementations of the same work (docs/workloads.md), small
     "workloads": {
         "unfused": {
@@ -90,7 +101,7 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
     workdir, result = campaign_run
     said = result.stdout + result.stderr
     assert "rooflab: the report is results/report/index.html" in result.stdout
-    assert "rooflab: the store is store/rooflab.duckdb (11 new run(s)" in result.stdout
+    assert "rooflab: the store is store/rooflab.duckdb (12 new run(s)" in result.stdout
     assert 'rooflab query --db store/rooflab.duckdb "SELECT * FROM latest_ceilings"' in said
     assert "Shell command" not in said
     assert "\x1b[K" not in said  # not a terminal: no status line anywhere
@@ -105,7 +116,14 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
 
 def test_campaign_fills_the_store(campaign):
     kinds = dict(sql(campaign, "SELECT kind, count(*) FROM runs GROUP BY kind"))
-    assert kinds == {"ceilings": 1, "correctness": 2, "gemm": 2, "counters": 4, "workload": 2}
+    assert kinds == {
+        "ceilings": 1,
+        "correctness": 2,
+        "gemm": 2,
+        "counters": 4,
+        "workload": 2,
+        "stages": 1,
+    }
     assert not (campaign / "results" / "rooflab.duckdb").exists()  # config store.db, not here
     assert sql(campaign, "SELECT count(*) FROM gemm_points")[0][0] == 2 * 2 + 1
     assert sql(campaign, "SELECT count(*) FROM samples")[0][0] >= 5 * 3
@@ -146,6 +164,17 @@ def test_workloads_reach_the_roofline_and_their_comparison(campaign):
         assert (q, baseline_q) == (2 * 4 * 65536, 6 * 4 * 65536)  # fusion: a third of Q
         assert speedup > 0 and ("faster" in says or "slower" in says)
     assert (campaign / "results" / "report" / "roofline.png").is_file()
+
+
+def test_stages_are_measured_on_the_campaigns_ceilings_and_reach_the_report(campaign):
+    (row,) = sql(
+        campaign,
+        "SELECT o.scenario, o.ceilings_run_id = c.run_id, o.serial_s > 0, o.overlapped_s > 0, "
+        "o.says FROM stage_overlap AS o, (SELECT run_id FROM runs WHERE kind = 'ceilings') AS c",
+    )
+    assert row[:4] == ("overlap", True, True, True)
+    assert row[4].startswith("serial ") and "aggregate bound" in row[4]
+    assert (campaign / "results" / "report" / "stage_overlap_overlap.png").is_file()
 
 
 def test_counters_job_records_its_status_and_the_points_keep_model_bytes(campaign):

@@ -19,7 +19,7 @@ import yaml
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 
-from rooflab.model import ModelError, Stage, topological_order
+from rooflab.model import ModelError, Stage, sized_stage, topological_order
 from rooflab.units import UnitError, as_quantity, parse_bytes
 from rooflab.vocabulary import COMPUTE_PATH, MEMORY_LEVELS
 
@@ -217,7 +217,23 @@ def _check_scenario(scenario: dict, source: str, key: str = "") -> list[Stage]:
                 f"{source}: {prefix}{name}: unknown {kind} {scenario[name]!r}; "
                 f"known: {', '.join(known)}"
             )
-    stages = stages_from_config(scenario["stages"], f"{source}: {key}" if key else source)
+    where = f"{source}: {key}" if key else source
+    measurable = scenario.get("measurable", False)
+    for index, entry in enumerate(scenario["stages"]):
+        given = {k for k in ("flops", "bytes", "kernel", "time_s") if k in entry}
+        wanted = {"kernel", "time_s"} if measurable else {"flops", "bytes"}
+        if given != wanted:
+            kind = "a measurable" if measurable else "a modelled (measurable: false)"
+            raise ConfigError(
+                f"{where}.stages[{index}]: {kind} scenario's stage gives "
+                f"{' and '.join(sorted(wanted))}, got {', '.join(sorted(given)) or 'neither'}"
+            )
+    if measurable and not scenario["compute_path"].endswith("_fma"):
+        raise ConfigError(
+            f"{where}.compute_path: a measurable scenario runs FMA chains: fp64_fma, fp32_fma or "
+            f"fp16_fma, got {scenario['compute_path']!r}"
+        )
+    stages = stages_from_config(scenario["stages"], where)
     try:
         topological_order(stages)
     except ModelError as error:
@@ -286,10 +302,20 @@ def load_scenario(path: str | Path) -> list[Stage]:
     return _check_scenario(document, str(path))
 
 
-def stages_from_config(entries: list[dict], where: str) -> list[Stage]:
-    """Stage entries ({name, flops, bytes, after}) as model Stages; quantities parsed with units."""
+def stages_from_config(
+    entries: list[dict], where: str, peak: float = 1.0, bandwidth: float = 1.0
+) -> list[Stage]:
+    """Stage entries as model Stages: {name, flops, bytes, after} with quantities parsed with
+    units, or a measurable stage's {name, kernel, time_s, after} sized on these ceilings
+    (model.sized_stage; the defaults only check the graph)."""
     stages = []
     for index, entry in enumerate(entries):
+        if "kernel" in entry:
+            after = tuple(entry.get("after", ()))
+            stages.append(
+                sized_stage(entry["name"], entry["kernel"], entry["time_s"], peak, bandwidth, after)
+            )
+            continue
         values = {}
         for key, kind in (("flops", "flop"), ("bytes", "bytes")):
             try:

@@ -297,6 +297,28 @@ class StageBounds:
     critical_path: list[str] = field(default_factory=list)
 
 
+# What a measured stage runs, by the FLOP per byte it does across the memory level: a STREAM
+# triad (a[i] = b[i] + s·c[i]: one multiply-add, 2 FLOP, per 24 B of fp64) and FMA chains held in
+# registers (no bytes). A measurable scenario's stages are sized from these (sized_stage).
+STAGE_KERNEL_INTENSITY = {"stream": 2 / 24, "fma": math.inf}
+
+
+def sized_stage(
+    name: str, kernel: str, time_s: float, peak: float, bandwidth: float, after=()
+) -> Stage:
+    """A stage of `kernel` sized to take `time_s` at its own bound max(F/C, Q/B) on these
+    ceilings: a stream stage moves Q = time·B (and does its triad's FLOPs), an fma stage does
+    F = time·C."""
+    if kernel not in STAGE_KERNEL_INTENSITY:
+        known = ", ".join(STAGE_KERNEL_INTENSITY)
+        raise ModelError(f"stage {name!r}: unknown kernel {kernel!r}; known: {known}")
+    _positive("time_s", time_s)
+    if kernel == "stream":
+        moved = time_s * _positive("bandwidth", bandwidth)
+        return Stage(name, moved * STAGE_KERNEL_INTENSITY["stream"], moved, tuple(after))
+    return Stage(name, time_s * _positive("peak", peak), 0.0, tuple(after))
+
+
 _NONE_LEFT = object()  # a visited stage's dependencies are all done
 
 

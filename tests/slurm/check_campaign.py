@@ -20,6 +20,7 @@ MEASURING = {
     "time_gemm": "gemm",
     "time_workload": "workload",
     "counters": "counters",
+    "measure_stages": "stages",
 }
 SWEEPS = ("a", "b")  # tests/slurm/tiny.yaml
 

@@ -17,6 +17,7 @@ same chunking, pass structure and anti-collapse tricks; benchmarks/kernels_vs_c_
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 
 import numba
@@ -313,3 +314,38 @@ def warm_up(threads: int | None = None) -> None:
         run_stream(kernel, allocate_stream(kernel, 4096, threads), 2, threads)
     for dtype in FMA_LANES:
         run_fma(dtype, 2, threads)
+
+
+# -- one thread, without the GIL -----------------------------------------------------------------
+# Two stages side by side (experiments.stage_overlap) run in two Python threads, each on its own
+# core. numba's parallel regions cannot be entered from two threads at once, so each kernel gets
+# a second build from the same source: not parallel (prange runs as range, threads = 1) and
+# releasing the GIL.
+
+
+@functools.cache
+def _alone(kernel: Callable) -> Callable:
+    options = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
+    return numba.njit(nogil=True, cache=False, **options)(kernel.py_func)
+
+
+def run_stream_alone(kernel: str, arrays: tuple[np.ndarray, ...], reps: int) -> float:
+    """run_stream on the calling thread alone, the GIL released (arrays of allocate_stream with
+    threads = 1): reps * elements * STREAM_BYTES_PER_ELEMENT[kernel] bytes."""
+    functions = {"read": _read, "copy": _copy, "triad": _triad}
+    if kernel not in functions:
+        raise ValueError(f"unknown STREAM kernel {kernel!r}; known: {', '.join(STREAM_KERNELS)}")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    return float(_alone(functions[kernel])(*arrays, int(reps), 1))
+
+
+def run_fma_alone(dtype: str, iters: int) -> float:
+    """run_fma's chains on the calling thread alone, the GIL released: fma_flops(dtype, iters, 1)
+    FLOPs."""
+    chains = {"fp64": _chains_f64, "fp32": _chains_f32}
+    if dtype not in chains:
+        raise ValueError(f"unknown FMA dtype {dtype!r}; known: {', '.join(FMA_LANES)}")
+    _, x, y = _FMA_KERNELS[dtype]
+    with _slp_vectorizer():  # as run_fma: the chains in ymm registers, not scalar
+        return float(_alone(chains[dtype])(int(iters), x, y))

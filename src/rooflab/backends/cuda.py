@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import platform
 import weakref
 from collections.abc import Callable, Iterator
 
@@ -40,7 +39,7 @@ from rooflab.backends.base import (
 )
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
 from rooflab.backends.cublas_args import GEMM_TYPES, library_paths, row_major_gemm
-from rooflab.backends.cuda_identity import gpu_identity, package_version, version_text
+from rooflab.backends.cuda_identity import cuda_versions, gpu_identity, version_text
 from rooflab.backends.cuda_kernels import (
     BLOCK,
     FMA_FP16,
@@ -196,19 +195,7 @@ class CudaBackend(Backend):
     # -- identity and conditions --
     def run_metadata(self) -> dict:
         runtime = self._runtime
-        from cupy_backends.cuda.libs import nvrtc
-
-        versions = {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "cupy": self._cp.__version__,
-            "cuda_runtime_linked": version_text(runtime.runtimeGetVersion()),
-            "cuda_runtime_local": version_text(self._cp.cuda.get_local_runtime_version()),
-            "cuda_driver_api": version_text(runtime.driverGetVersion()),
-            "nvrtc": ".".join(map(str, nvrtc.getVersion())),
-            "cublas": self._cublas.getVersion(self._handle),
-            "nvidia-ml-py": package_version("nvidia-ml-py"),
-        }
+        versions = cuda_versions(self._cp, self._cublas.getVersion(self._handle))
         timing = (
             "CUDA events on a dedicated non-blocking stream; "
             + (
@@ -282,6 +269,16 @@ class CudaBackend(Backend):
             yield
         finally:
             nvtx.RangePop()
+
+    @contextlib.contextmanager
+    def on_stream(self, stream) -> Iterator[None]:
+        """The ceiling loads' launches inside go to `stream` (a CuPy stream) instead of the
+        measuring stream: stages side by side on streams of their own (stage_overlap)."""
+        measuring, self._stream = self._stream, stream
+        try:
+            yield
+        finally:
+            self._stream = measuring
 
     # -- memory and caches --
     def memory_available_bytes(self) -> int:

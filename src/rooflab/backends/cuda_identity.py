@@ -20,6 +20,29 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def cuda_versions(cp, cublas_version) -> dict:
+    """The versions a CUDA run records: Python, numpy, CuPy, the CUDA runtime (linked and
+    local), the driver API, NVRTC, cuBLAS (`cublas_version`, of the backend's handle), NVML's
+    binding."""
+    import platform
+
+    import numpy as np
+    from cupy_backends.cuda.libs import nvrtc
+
+    runtime = cp.cuda.runtime
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cupy": cp.__version__,
+        "cuda_runtime_linked": version_text(runtime.runtimeGetVersion()),
+        "cuda_runtime_local": version_text(cp.cuda.get_local_runtime_version()),
+        "cuda_driver_api": version_text(runtime.driverGetVersion()),
+        "nvrtc": ".".join(map(str, nvrtc.getVersion())),
+        "cublas": cublas_version,
+        "nvidia-ml-py": package_version("nvidia-ml-py"),
+    }
+
+
 def gpu_identity(host: dict, device: dict, static: dict, nvml_error: str | None) -> dict:
     """`host`: machine.cpu_identity(); `device`: the device's name, pci_bus_id,
     compute_capability (an int, 90 for 9.0), sm_count, l2_bytes, l1_bytes_per_sm_lower_bound,

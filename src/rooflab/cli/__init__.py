@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from rooflab import __version__
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
+from rooflab.cli.measure_stages import cmd_measure_stages
 from rooflab.cli.measure_workload import cmd_measure_workload
 from rooflab.cli.model import cmd_model_gemm, cmd_model_stages, int_list
 from rooflab.cli.output import INPUT_ERRORS, OneLineParser, UsageError
@@ -36,6 +37,8 @@ RUN_KINDS = (
     "gemm",
     "workload",
     "counters",
+    "stages",
+    "timeline",
 )  # runs.kind: what a job measured
 FORMAT_HELP = (
     "table (the default: aligned, units in the header), or csv or json (numbers in base units: "
@@ -104,6 +107,26 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="its timing run folder (rooflab measure gemm, or measure workload --out)",
     )
+    stages = measure_commands.add_parser(
+        "stages",
+        help="measurable stage scenarios, serial and overlapped, beside their bounds",
+    )
+    stages.add_argument(
+        "--scenario", action="append", help="a measurable scenario of the config (default: all)"
+    )
+    stages.add_argument(
+        "--config",
+        help="campaign config (default: config/config.yaml, or config/gpu.yaml with cuda)",
+    )
+    stages.add_argument(
+        "--ceilings", help="a ceilings run folder of this machine (default: measure quick ones)"
+    )
+    stages.add_argument(
+        "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
+    )
+    stages.add_argument("--out", help="folder for the runs' Parquet files (default: none kept)")
+    add_format(stages)
+    stages.set_defaults(handler=cmd_measure_stages)
     workload = measure_commands.add_parser(
         "workload", help="your own kernel: a rooflab.Workload factory (docs/workloads.md)"
     )

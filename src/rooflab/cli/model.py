@@ -8,7 +8,7 @@ import sys
 
 from rooflab.cli.output import UsageError, json_safe, print_rows
 from rooflab.cli.roofs import roofs_from_args
-from rooflab.config import load_scenario, load_yaml
+from rooflab.config import load_scenario, load_yaml, stages_from_config
 from rooflab.model import bound, gemm_ledger, stage_bounds
 from rooflab.units import format_quantity
 
@@ -99,6 +99,8 @@ def cmd_model_stages(args) -> None:
     scenario = {k: document[k] for k in ("compute_path", "memory_level") if k in document}
     roofs = roofs_from_args(args, None, scenario)
     peak, bandwidth = roofs.peak_flops_per_s, roofs.bandwidth_b_per_s
+    if document.get("measurable"):  # its stages are times: sized on these roofs
+        stages = stages_from_config(document["stages"], str(args.file), peak, bandwidth)
     result = stage_bounds(stages, peak, bandwidth)
     per_stage = [
         {

@@ -62,19 +62,35 @@ class Sample:
     disturbed: bool = False
 
 
+def host_wall_time(backend: Backend) -> Callable[[Callable[[], object]], float]:
+    """A timer of the host-observed wall time of a call, launch to synchronise: what a step of
+    many small launches costs, gaps included (the backend's own timer may hide the launches
+    behind a held stream, as a kernel's time should)."""
+
+    def timed(call: Callable[[], object]) -> float:
+        started = time.perf_counter()
+        call()
+        backend.synchronize()
+        return time.perf_counter() - started
+
+    return timed
+
+
 def take_sample(
-    backend: Backend, call: Callable[[], object], disturbance: DisturbanceSettings
+    backend: Backend,
+    call: Callable[[], object],
+    disturbance: DisturbanceSettings,
+    timer: Callable[[Callable[[], object]], float] | None = None,
 ) -> Sample:
-    """Time one call; read the run-queue wait and CPU time of this process around it and the
-    clock after it, all outside the timed interval."""
+    """Time one call (with `timer`, else the backend's timer); read the run-queue wait and CPU
+    time of this process around it and the clock after it, all outside the timed interval."""
     the_probe = probe()
     before = the_probe.snapshot()
-    seconds = backend.time_call(call)
+    seconds = (timer or backend.time_call)(call)
     after = the_probe.snapshot()
     clock_mhz = backend.sample_clock_mhz()
-    taken = the_probe.sample(
-        before, after, seconds, disturbance, judge_wait=backend.host_delays_enter_timing()
-    )
+    judge_wait = timer is not None or backend.host_delays_enter_timing()
+    taken = the_probe.sample(before, after, seconds, disturbance, judge_wait=judge_wait)
     return Sample(
         seconds, clock_mhz, taken.wait_s, taken.cpu_s, taken.involuntary_switches, taken.disturbed
     )
@@ -166,8 +182,10 @@ def measure(
     cache_state: str,
     progress: Progress | None = None,
     label: str | None = None,
+    timer: Callable[[Callable[[], object]], float] | None = None,
 ) -> Measurement:
-    """Warm up, then take samples; `label` names the sampling phase for profilers (NVTX)."""
+    """Warm up, then take samples; `label` names the sampling phase for profilers (NVTX);
+    `timer` times each sample (default: the backend's; `host_wall_time` for launch gaps)."""
     if cache_state not in CACHE_STATES:
         known = ", ".join(CACHE_STATES)
         raise ValueError(f"cache_state must be one of {known}, got {cache_state!r}")
@@ -203,7 +221,7 @@ def measure(
             if cache_state == CacheState.COLD:
                 backend.flush_cache()  # outside the timed region
                 backend.synchronize()
-            sample = take_sample(backend, call, disturbance)
+            sample = take_sample(backend, call, disturbance, timer)
             samples.append(sample)
             n_clean += not sample.disturbed
             if progress:

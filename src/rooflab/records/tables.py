@@ -201,6 +201,99 @@ TABLES: dict[str, pa.Schema] = {
             *_DISTURBANCE,
         ]
     ),
+    # Measured stage overlap (docs/timelines.md): one row per scenario and schedule ("serial":
+    # the stages one after another; "overlapped": side by side, CPU threads on disjoint cores or
+    # GPU streams), its measured time beside the bound that schedule cannot beat
+    # (`bound_kind`: critical_path for serial, aggregate for overlapped) and both bounds, on the
+    # ceilings (C, B) the stages were sized from. `beats_bound`: faster than its bound by more
+    # than the noise, a bug in a ledger or a ceiling.
+    "stage_schedules": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("scenario", _S),
+            ("schedule", _S),
+            *_SAMPLED,
+            ("bound_s", _F),
+            ("bound_kind", _S),
+            ("critical_path_bound_s", _F),
+            ("aggregate_bound_s", _F),
+            ("beats_bound", _B),
+            ("compute_path", _S),
+            ("peak_flops_per_s", _F),
+            ("memory_level", _S),
+            ("bandwidth_b_per_s", _F),
+            ("ceilings_run_id", _S),
+            ("noisy", _B),
+            *_DISTURBANCE,
+        ]
+    ),
+    # One row per stage of a measured scenario: its ledger (F, Q), its time alone on its lane
+    # (`placement`: cpu 0, stream 1), its bound max(F/C, Q/B) and limiter, `beats_bound`.
+    "stage_timings": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("scenario", _S),
+            ("stage", _S),
+            ("position", _I),
+            ("after", _S),
+            ("kernel", _S),
+            ("placement", _S),
+            ("flops", _I),
+            ("bytes", _I),
+            *_SAMPLED,
+            ("bound_s", _F),
+            ("limiter", _S),
+            ("beats_bound", _B),
+            ("noisy", _B),
+            *_DISTURBANCE,
+        ]
+    ),
+    # A decode-like step timed per mode (docs/timelines.md): "eager" (one launch or call per
+    # op), "graph" (the same step captured once in a CUDA Graph and replayed; GPU only), "fused"
+    # (the elementwise ops as one kernel; on a CPU the whole step as one numba call). step_s:
+    # host-observed wall time per step, launch to synchronise (median of the samples; quantiles
+    # in _SAMPLED); busy_s: the sum of the kernels' (calls') own times in one instrumented step;
+    # gap_s = step_s - busy_s; kernels: launches (calls) per step; flops and bytes: the step's
+    # ledger (cold-cache bytes of that mode's passes); `busy_method` says how busy was measured.
+    "timeline_steps": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("scenario", _S),
+            ("mode", _S),
+            ("layers", _I),
+            ("hidden", _I),
+            ("dtype", _S),
+            ("kernels", _I),
+            *_SAMPLED,
+            ("step_s", _F),
+            ("busy_s", _F),
+            ("gap_s", _F),
+            ("flops", _I),
+            ("bytes", _I),
+            ("busy_method", _S),
+            ("noisy", _B),
+            *_DISTURBANCE,
+        ]
+    ),
+    # The per-kernel timeline of one instrumented step per mode: each kernel (call) in launch
+    # order, its start and end (s) from the step's first launch, and its own duration.
+    "timeline_kernels": pa.schema(
+        [
+            ("run_id", _S),
+            ("config_id", _S),
+            ("scenario", _S),
+            ("mode", _S),
+            ("position", _I),
+            ("layer", _I),
+            ("kernel", _S),
+            ("start_s", _F),
+            ("end_s", _F),
+            ("duration_s", _F),
+        ]
+    ),
     "correctness": pa.schema(
         [
             ("run_id", _S),

@@ -24,6 +24,7 @@ from rooflab.report.run_charts import (
     conditions_chart,
     distribution_chart,
 )
+from rooflab.report.schedule_charts import schedule_charts
 from rooflab.report.stage_charts import stage_bounds_chart
 from rooflab.report.summary import counters_summary_html, summary_html
 from rooflab.report.sweep_charts import (
@@ -315,6 +316,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 change_chart(change),
             )
         )
+    charts += schedule_charts(connection, scope)
     stages = queries.stage_bounds(connection, scope)
     for name, frame in stages.groupby("scenario", sort=True):
         charts.append(

@@ -165,3 +165,23 @@ def workload_param_points(connection, scope) -> pd.DataFrame:
     the case's other params (series), the median time and the Roofline bound."""
     order = ("workload", "param", "series", "value", "value_text", "cache_state")
     return _scoped(connection, "workload_param_points", scope, order)
+
+
+def stage_overlap(connection, scope) -> pd.DataFrame:
+    """Measured stage scenarios: serial and overlapped times beside both bounds, and `says`."""
+    return _scoped(connection, "stage_overlap", scope, ("scenario",))
+
+
+def stage_timings(connection, scope) -> pd.DataFrame:
+    """Each measured scenario's stages timed alone on their lanes, with their bounds."""
+    return _scoped(connection, "latest_stage_timings", scope, ("scenario", "position"))
+
+
+def timeline_modes(connection, scope) -> pd.DataFrame:
+    """Per timeline scenario and mode: step, busy and gap times, kernels, the Roofline bound."""
+    return _scoped(connection, "timeline_modes", scope, ("scenario", "mode"))
+
+
+def timeline_kernels(connection, scope) -> pd.DataFrame:
+    """The per-kernel timeline of one step per scenario and mode."""
+    return _scoped(connection, "latest_timeline_kernels", scope, ("scenario", "mode", "position"))

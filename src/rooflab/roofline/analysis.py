@@ -89,7 +89,8 @@ def stage_bound_rows(
                 f"{spec['compute_path'] if c is None else spec['memory_level']} ceiling"
             )
             continue
-        result = stage_bounds(stages_from_config(spec["stages"], f"stages.{scenario}"), c, b)
+        # a measurable scenario's stages sized on these ceilings, as its measurement sizes them
+        result = stage_bounds(stages_from_config(spec["stages"], f"stages.{scenario}", c, b), c, b)
         rows += [
             {
                 "run_id": run["run_id"],

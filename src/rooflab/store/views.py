@@ -2,6 +2,7 @@
 Each comment says what one row is, with its columns and units where they are not in the name."""
 
 from rooflab.store.report_views import REPORT_VIEWS_SQL
+from rooflab.store.timeline_views import TIMELINE_VIEWS_SQL
 
 VIEWS_SQL = {
     # Per machine and backend (a GPU backend may share the host's machine_id), the ceilings of the
@@ -225,5 +226,7 @@ VIEWS_SQL = {
     """,
 }
 
-# The report's views (store.report_views) are named views like the others.
+# The report's views (store.report_views) and the measured schedules' (store.timeline_views)
+# are named views like the others.
 VIEWS_SQL.update(REPORT_VIEWS_SQL)
+VIEWS_SQL.update(TIMELINE_VIEWS_SQL)

@@ -1,0 +1,120 @@
+"""The report's measured schedules (docs/timelines.md): per measurable stages scenario, the
+stages alone and the serial and overlapped schedules, each beside the bound it cannot beat; per
+timeline scenario, one step per mode as a Gantt chart (report.timeline_charts)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import rooflab.report.queries as queries
+from rooflab.report.axes import WIDTH
+from rooflab.report.names import name_part
+from rooflab.report.page import Chart
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+STAGE_OVERLAP_HOW = (
+    "Each bar is a measured time (median; the thin line spans the middle half of the samples): "
+    "every stage alone on its lane (a core of its own on a CPU, a stream of its own on a GPU), "
+    "then the stages one after another (serial, as their dependencies say) and all at once "
+    "(overlapped). The black tick on each bar is the bound it cannot beat on this machine's "
+    "measured ceilings: a stage's max(F/C, Q/B), the serial schedule's critical path, and the "
+    "aggregate max(ΣF/C, ΣQ/B) for the overlapped one. A bar shorter than its tick is drawn "
+    "red: a ledger or a ceiling is wrong."
+)
+
+
+def stage_overlap_chart(schedules: pd.Series, stages: pd.DataFrame):
+    """`schedules`: one stage_overlap row; `stages`: its scenario's latest_stage_timings rows."""
+    import altair as alt
+    import pandas as pd
+
+    rows = [
+        {
+            "what": f"{s.stage} alone ({s.placement})",
+            "measured_ms": s.median_s * 1e3,
+            "p25_ms": s.p25_s * 1e3,
+            "p75_ms": s.p75_s * 1e3,
+            "bound_ms": s.bound_s * 1e3,
+            "bound": f"max(F/C, Q/B), {s.limiter}-bound",
+            "beats_bound": bool(s.beats_bound),
+        }
+        for s in stages.itertuples()
+    ]
+    for schedule, bound, kind in (
+        ("serial", schedules.critical_path_bound_s, "critical path"),
+        ("overlapped", schedules.aggregate_bound_s, "aggregate"),
+    ):
+        measured = schedules[f"{schedule}_s"]
+        rows.append(
+            {
+                "what": schedule,
+                "measured_ms": measured * 1e3,
+                "p25_ms": None,
+                "p75_ms": None,
+                "bound_ms": bound * 1e3,
+                "bound": kind,
+                "beats_bound": measured < bound and bool(schedules.beats_bound),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    order = list(frame.what)
+    y = alt.Y("what:N", sort=order, title=None)
+    tooltip = [
+        alt.Tooltip("what:N"),
+        alt.Tooltip("measured_ms:Q", format=".4g", title="measured (ms)"),
+        alt.Tooltip("bound_ms:Q", format=".4g", title="bound (ms)"),
+        alt.Tooltip("bound:N", title="bound"),
+    ]
+    base = alt.Chart(frame)
+    bars = base.mark_bar(height=18).encode(
+        x=alt.X("measured_ms:Q", title="time (ms)"),
+        y=y,
+        color=alt.condition(alt.datum.beats_bound, alt.value("#d62728"), alt.value("#4c78a8")),
+        tooltip=tooltip,
+    )
+    spread = base.mark_rule(color="#222").encode(x="p25_ms:Q", x2="p75_ms:Q", y=y)
+    ticks = base.mark_tick(color="black", thickness=3, size=26).encode(
+        x="bound_ms:Q", y=y, tooltip=tooltip
+    )
+    return (bars + spread + ticks).properties(width=WIDTH, height=30 * len(frame))
+
+
+def stage_overlap_table(row: pd.Series) -> str:
+    import pandas as pd
+
+    shown = {
+        "serial (ms)": row.serial_s * 1e3,
+        "critical-path bound (ms)": row.critical_path_bound_s * 1e3,
+        "overlapped (ms)": row.overlapped_s * 1e3,
+        "aggregate bound (ms)": row.aggregate_bound_s * 1e3,
+        "serial / overlapped": row.overlap_speedup,
+        "C": f"{row.compute_path} {row.peak_flops_per_s / 1e9:.4g} GFLOP/s",
+        "B": f"{row.memory_level} {row.bandwidth_b_per_s / 1e9:.4g} GB/s",
+    }
+    table = pd.DataFrame([shown]).to_html(
+        index=False, classes="stage-overlap", border=0, float_format=lambda v: f"{v:.4g}"
+    )
+    return f"<p>{row.says}</p>" + table
+
+
+def schedule_charts(connection, scope) -> list[Chart]:
+    """The measured schedules' charts of one machine and backend (none where nothing was run)."""
+    charts = []
+    overlap, stages = (
+        queries.stage_overlap(connection, scope),
+        queries.stage_timings(connection, scope),
+    )
+    for row in overlap.itertuples(index=False):
+        row = overlap.loc[overlap.scenario == row.scenario].iloc[0]
+        charts.append(
+            Chart(
+                f"stage_overlap_{name_part(row.scenario)}",
+                f"Stages measured: {row.scenario}",
+                STAGE_OVERLAP_HOW,
+                stage_overlap_chart(row, stages[stages.scenario == row.scenario]),
+                stage_overlap_table(row),
+            )
+        )
+    return charts

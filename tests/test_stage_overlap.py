@@ -1,0 +1,207 @@
+"""Stage overlap, measured (issue 29, part 1): a measurable `stages` scenario sized from the
+machine's ceilings, each stage timed alone on its own core, then serial and overlapped, beside
+the critical-path and aggregate bounds; a schedule faster than its bound is flagged. Real runs on
+this machine's CPU with short timings: the paths and the bookkeeping are checked here, not the
+figures (those are benchmarks' business)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import duckdb
+import pytest
+
+from rooflab.backends.cpu_kernels import stream_elements
+from rooflab.backends.selection import select_backend
+from rooflab.config import ConfigError, validate_config
+from rooflab.experiments.stage_overlap import StageOverlapError, run_stage_overlap
+from rooflab.experiments.timing import TimingSettings
+from rooflab.model import ModelError, sized_stage, stage_bounds
+from rooflab.records import to_table, write_run
+from tests.conftest import run_rooflab
+
+SCENARIO = {
+    "measurable": True,
+    "compute_path": "fp64_fma",
+    "memory_level": "DRAM",
+    "stages": [
+        {"name": "A", "kernel": "stream", "time_s": 0.004},
+        {"name": "B", "kernel": "fma", "time_s": 0.004, "after": ["A"]},
+    ],
+}
+FAST = {
+    "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
+    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+}
+C, B = 50e9, 20e9  # FLOP/s and B/s the stages are sized from (round, for the checks)
+
+
+def _timing(config):
+    return TimingSettings.from_config(config["timing"], config["disturbance"])
+
+
+@pytest.fixture(scope="module")
+def measured():
+    config = validate_config({**FAST, "stages": {"two": SCENARIO}})
+    backend = select_backend("cpu")
+    return run_stage_overlap(
+        backend,
+        "two",
+        config["stages"]["two"],
+        _timing(config),
+        peak_flops_per_s=C,
+        bandwidth_b_per_s=B,
+        ceilings_run_id="ceilings-of-this-test",
+    )
+
+
+def test_a_stage_is_sized_to_take_its_time_at_its_bound():
+    stream = sized_stage("A", "stream", 0.01, C, B)
+    assert (stream.bytes, stream.flops) == (0.01 * B, 0.01 * B / 12)  # a triad: 2 FLOP per 24 B
+    fma = sized_stage("B", "fma", 0.01, C, B, after=["A"])
+    assert (fma.flops, fma.bytes, fma.after) == (0.01 * C, 0.0, ("A",))
+    bounds = stage_bounds([stream, fma], C, B)
+    assert bounds.critical_path_s == pytest.approx(0.02)
+    assert bounds.aggregate_s == pytest.approx(max((stream.flops + fma.flops) / C, 0.01))
+    with pytest.raises(ModelError, match="unknown kernel 'gemm'"):
+        sized_stage("A", "gemm", 0.01, C, B)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "says"),
+    [
+        (
+            {**SCENARIO, "stages": [{"name": "A", "flops": 1, "bytes": 1}]},
+            "a measurable scenario's stage gives kernel and time_s, got bytes, flops",
+        ),
+        (
+            {"stages": [{"name": "A", "kernel": "fma", "time_s": 1}]},
+            "(measurable: false) scenario's stage gives bytes and flops, got kernel, time_s",
+        ),
+        (
+            {**SCENARIO, "compute_path": "bf16_tensor"},
+            "a measurable scenario runs FMA chains",
+        ),
+    ],
+)
+def test_a_scenario_that_mixes_the_two_kinds_is_one_clear_error(scenario, says):
+    with pytest.raises(ConfigError, match=r"stages\.s") as error:
+        validate_config({"stages": {"s": scenario}})
+    assert says in str(error.value)
+
+
+def test_each_stage_alone_and_both_schedules_are_measured_with_their_bounds(measured):
+    for table, rows in measured.items():
+        to_table(table, rows)
+    (run,) = measured["runs"]
+    assert (run["kind"], run["sweep"]) == ("stages", "two")
+    assert json.loads(run["settings"])["ceilings_run_id"] == "ceilings-of-this-test"
+    a, b = measured["stage_timings"]
+    assert (a["kernel"], b["kernel"]) == ("stream", "fma")
+    assert a["placement"] != b["placement"] and a["placement"].startswith("cpu ")
+    # exact ledgers, rounded to whole passes (at least one, over 4x the last cache) and
+    # iterations from the sized ones
+    caches = select_backend("cpu").cache_bytes_by_level()
+    one_pass = 24 * stream_elements("triad", 4 * max(caches.values()), 1)
+    assert a["flops"] * 12 == a["bytes"] and a["bytes"] % one_pass == 0
+    assert abs(a["bytes"] - 0.004 * B) <= one_pass
+    assert b["bytes"] == 0 and b["flops"] == pytest.approx(0.004 * C, rel=0.01)
+    assert a["bound_s"] == pytest.approx(a["bytes"] / B) and a["limiter"] == "DRAM"
+    assert b["bound_s"] == pytest.approx(b["flops"] / C) and b["limiter"] == "compute"
+    serial, overlapped = measured["stage_schedules"]
+    assert (serial["schedule"], overlapped["schedule"]) == ("serial", "overlapped")
+    assert serial["bound_kind"] == "critical_path" and overlapped["bound_kind"] == "aggregate"
+    assert serial["bound_s"] == pytest.approx(a["bound_s"] + b["bound_s"])  # B after A
+    aggregate = max((a["flops"] + b["flops"]) / C, (a["bytes"] + b["bytes"]) / B)
+    assert overlapped["bound_s"] == pytest.approx(aggregate)
+    for row in (a, b, serial, overlapped):
+        # a busy machine leaves fewer clean samples: the row then says it was disturbed
+        assert row["n_samples"] >= (1 if row["disturbed"] else 3) and row["median_s"] > 0
+        assert row["beats_bound"] is (row["p75_s"] < row["bound_s"])
+    samples = {row["config_id"] for row in measured["samples"]}
+    assert samples == {f"stages/two/{what}" for what in ("A", "B", "serial", "overlapped")}
+
+
+def test_ceilings_far_too_low_make_every_measurement_beat_its_bound_and_say_so():
+    """Sized on ceilings 1000x below this machine's, each stage does a thousandth of the work
+    its bound allows for: every row is flagged, as a Roofline point above its roof would be."""
+    config = validate_config({**FAST, "stages": {"two": SCENARIO}})
+    tables = run_stage_overlap(
+        select_backend("cpu"),
+        "two",
+        config["stages"]["two"],
+        _timing(config),
+        peak_flops_per_s=C / 1000,
+        bandwidth_b_per_s=B / 1000,
+        ceilings_run_id=None,
+    )
+    rows = [*tables["stage_timings"], *tables["stage_schedules"]]
+    assert all(row["beats_bound"] for row in rows)
+
+
+def test_more_stages_than_cores_is_refused(monkeypatch):
+    config = validate_config({**FAST, "stages": {"two": SCENARIO}})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    with pytest.raises(StageOverlapError, match="2 stages need 2 cores side by side"):
+        run_stage_overlap(
+            select_backend("cpu"),
+            "two",
+            config["stages"]["two"],
+            _timing(config),
+            peak_flops_per_s=C,
+            bandwidth_b_per_s=B,
+            ceilings_run_id=None,
+        )
+
+
+def test_the_store_says_it_as_the_article_does(measured, tmp_path):
+    from rooflab.store import ingest
+
+    results = tmp_path / "results"
+    write_run(results / "stages" / "runs", measured["runs"][0]["run_id"], measured)
+    db = tmp_path / "store.duckdb"
+    ingest(db, results)
+    with duckdb.connect(str(db), read_only=True) as con:
+        (row,) = con.execute(
+            "SELECT scenario, serial_s, overlapped_s, critical_path_bound_s, aggregate_bound_s, "
+            "overlap_speedup, says FROM stage_overlap"
+        ).fetchall()
+        stages = con.execute("SELECT stage FROM latest_stage_timings ORDER BY position").fetchall()
+    serial, overlapped = measured["stage_schedules"]
+    assert row[:5] == (
+        "two",
+        serial["median_s"],
+        overlapped["median_s"],
+        serial["bound_s"],
+        overlapped["bound_s"],
+    )
+    assert row[5] == pytest.approx(serial["median_s"] / overlapped["median_s"])
+    assert row[6].startswith(f"serial {serial['median_s'] * 1e3:.3g} ms against its critical-path")
+    assert stages == [("A",), ("B",)]
+
+
+def test_cli_measure_stages_prints_the_contract(quick_ceilings_run, tmp_path):
+    _, ceilings_dir = quick_ceilings_run
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({**FAST, "backend": "cpu", "stages": {"two": SCENARIO}}))
+    result = run_rooflab(
+        "measure", "stages", "--config", config, "--ceilings", ceilings_dir,
+        "--format", "json", "--out", tmp_path / "runs",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (scenario,) = json.loads(result.stdout)
+    assert scenario["scenario"] == "two"
+    for key in ("serial_s", "overlapped_s", "critical_path_bound_s", "aggregate_bound_s"):
+        assert scenario[key] > 0 and math.isfinite(scenario[key])
+    assert scenario["peak_flops_per_s"] > 0 and scenario["bandwidth_b_per_s"] > 0
+    assert [s["name"] for s in scenario["stages"]] == ["A", "B"]
+    for stage in scenario["stages"]:
+        assert {"name", "flops", "bytes", "measured_s", "bound_s"} <= set(stage)
+    assert len(list((tmp_path / "runs").iterdir())) == 1  # the stages run; ceilings were given
+    refused = run_rooflab(
+        "measure", "stages", "--config", config, "--scenario", "nope", "--ceilings", ceilings_dir
+    )
+    assert refused.returncode == 2
+    assert "no measurable scenario nope in the config; measurable: two" in refused.stderr

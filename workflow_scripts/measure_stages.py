@@ -1,0 +1,50 @@
+"""Rule measure_stages: one measurable stages scenario, serial and overlapped, on the ceilings of
+this machine's ceilings run."""
+
+import json
+import sys
+
+from rooflab.backends.selection import select_backend
+from rooflab.experiments.stage_overlap import StageOverlapError, run_stage_overlap
+from rooflab.experiments.timing import TimingSettings
+from rooflab.roofline import latest_ceilings_by_machine
+from rooflab.workflow import keep_run, log_to, read_receipt, ready_to_keep
+
+log = log_to(snakemake.log[0])
+ready_to_keep(snakemake.output.receipt)
+name, spec = snakemake.wildcards.scenario, json.loads(snakemake.params.scenario)
+timing = TimingSettings.from_config(
+    json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
+)
+ceilings_run = read_receipt(snakemake.input.ceilings)["run_dir"]
+(machine,) = latest_ceilings_by_machine([ceilings_run]).values()
+peak = machine["peak"].get(spec["compute_path"])
+bandwidth = machine["bandwidth"].get(spec["memory_level"])
+if peak is None or bandwidth is None:
+    missing = spec["compute_path"] if peak is None else spec["memory_level"]
+    log.error("stages.%s: the ceilings run %s has no %s ceiling", name, machine["run_id"], missing)
+    sys.exit(1)
+try:
+    tables = run_stage_overlap(
+        select_backend(snakemake.params.backend),
+        name,
+        spec,
+        timing,
+        peak_flops_per_s=peak,
+        bandwidth_b_per_s=bandwidth,
+        ceilings_run_id=machine["run_id"],
+    )
+except StageOverlapError as error:
+    log.error("stages.%s: %s", name, error)
+    sys.exit(1)
+for row in [*tables["stage_timings"], *tables["stage_schedules"]]:
+    if row["beats_bound"]:
+        log.warning(
+            "ABOVE ITS BOUND: %s %s measured %.4g s, under its bound %.4g s",
+            name,
+            row.get("stage") or row["schedule"],
+            row["median_s"],
+            row["bound_s"],
+        )
+receipt = keep_run(tables, snakemake.output.receipt)
+log.info("kept run %s: stages %s serial and overlapped", receipt["run_id"], name)
