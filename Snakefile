@@ -30,6 +30,7 @@ include: "rules/gemm.smk"
 include: "rules/workloads.smk"
 include: "rules/counters.smk"
 include: "rules/stages.smk"
+include: "rules/timelines.smk"
 include: "rules/roofline.smk"
 include: "rules/store.smk"
 

@@ -9,6 +9,7 @@ wildcard_constraints:
     workload="[A-Za-z0-9_-]+",
     name="[A-Za-z0-9_-]+",
     scenario="[A-Za-z0-9_-]+",
+    timeline="[A-Za-z0-9_-]+",
     kind="sweeps|workloads",
     machine="[A-Za-z0-9_-]+",
 
@@ -45,6 +46,18 @@ def stage_receipts(wildcards=None):
     return expand(
         "results/stages/{scenario}/{machine}/timing.json",
         scenario=measurable,
+        machine=MACHINES,
+    )
+
+
+def timeline_param(wildcards):
+    return as_param(config["timelines"][wildcards.timeline])
+
+
+def timeline_receipts(wildcards=None):
+    return expand(
+        "results/timelines/{timeline}/{machine}/timing.json",
+        timeline=sorted(config["timelines"]),
         machine=MACHINES,
     )
 
@@ -105,6 +118,7 @@ def measured_receipts():
         *counters_receipts(),
         *workload_receipts(),
         *stage_receipts(),
+        *timeline_receipts(),
     ]
 
 

@@ -8,6 +8,7 @@ rule ingest:
         counters=counters_receipts,
         workloads=workload_receipts,
         stages=stage_receipts,
+        timelines=timeline_receipts,
         roofline=rules.roofline.output.inputs,
     output:
         receipt="results/store/ingest.json",

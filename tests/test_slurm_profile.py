@@ -20,6 +20,7 @@ MEASURING = (
     "time_workload",
     "counters",
     "measure_stages",
+    "time_timeline",
 )
 TINY = yaml.safe_load((REPO / "tests" / "slurm" / "tiny.yaml").read_text())  # two sweeps
 

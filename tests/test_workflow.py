@@ -45,6 +45,8 @@ TINY = {
             ],
         }
     },
+    # a decode-like step of many small calls, eager against fused (docs/timelines.md)
+    "timelines": {"step": {"layers": 4, "hidden": 32}},
     # two implementations of the same work (docs/workloads.md), small
     "workloads": {
         "unfused": {
@@ -101,7 +103,7 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
     workdir, result = campaign_run
     said = result.stdout + result.stderr
     assert "rooflab: the report is results/report/index.html" in result.stdout
-    assert "rooflab: the store is store/rooflab.duckdb (12 new run(s)" in result.stdout
+    assert "rooflab: the store is store/rooflab.duckdb (13 new run(s)" in result.stdout
     assert 'rooflab query --db store/rooflab.duckdb "SELECT * FROM latest_ceilings"' in said
     assert "Shell command" not in said
     assert "\x1b[K" not in said  # not a terminal: no status line anywhere
@@ -123,6 +125,7 @@ def test_campaign_fills_the_store(campaign):
         "counters": 4,
         "workload": 2,
         "stages": 1,
+        "timeline": 1,
     }
     assert not (campaign / "results" / "rooflab.duckdb").exists()  # config store.db, not here
     assert sql(campaign, "SELECT count(*) FROM gemm_points")[0][0] == 2 * 2 + 1
@@ -175,6 +178,13 @@ def test_stages_are_measured_on_the_campaigns_ceilings_and_reach_the_report(camp
     assert row[:4] == ("overlap", True, True, True)
     assert row[4].startswith("serial ") and "aggregate bound" in row[4]
     assert (campaign / "results" / "report" / "stage_overlap_overlap.png").is_file()
+
+
+def test_the_timeline_is_measured_per_mode_and_drawn(campaign):
+    modes = sql(campaign, "SELECT mode, kernels FROM timeline_modes ORDER BY mode")
+    assert modes == [("eager", 16), ("fused", 1)]
+    assert (campaign / "results" / "report" / "timeline_step.png").is_file()
+    assert (campaign / "logs" / "time_timeline" / "step" / "local.log").stat().st_size > 0
 
 
 def test_counters_job_records_its_status_and_the_points_keep_model_bytes(campaign):

@@ -57,7 +57,7 @@ MEMORY_LEVEL_NAMES = ("L1", "L2", "L3", *MEMORY_LEVELS)
 
 # Sections whose entries are named (a sweep, a scenario, a machine): a campaign file passed with
 # --configfile replaces these of the default file instead of adding to them (campaign_config).
-NAMED_SECTIONS = ("machines", "sweeps", "stages", "workloads")
+NAMED_SECTIONS = ("machines", "sweeps", "stages", "workloads", "timelines")
 
 
 class ConfigError(ValueError):

@@ -21,6 +21,7 @@ MEASURING = {
     "time_workload": "workload",
     "counters": "counters",
     "measure_stages": "stages",
+    "time_timeline": "timeline",
 }
 SWEEPS = ("a", "b")  # tests/slurm/tiny.yaml
 

@@ -191,7 +191,8 @@ edits = {
     "slurm-keep-successful-logs": True,  # the job logs name the rule of each Slurm job
 }
 profile.update(edits)
-for rule in ("ceilings", "correctness", "time_gemm", "time_workload", "counters", "measure_stages"):
+measuring = ("ceilings", "correctness", "time_gemm", "time_workload", "counters")
+for rule in (*measuring, "measure_stages", "time_timeline"):
     profile["set-resources"][rule]["gpu"] = 0  # CPU-only node
 print("profile edits:", edits, "and gpu: 0 for the measuring rules")
 yaml.safe_dump(profile, open(target, "w"), sort_keys=False)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from rooflab import __version__
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
 from rooflab.cli.measure_stages import cmd_measure_stages
+from rooflab.cli.measure_timeline import cmd_measure_timeline
 from rooflab.cli.measure_workload import cmd_measure_workload
 from rooflab.cli.model import cmd_model_gemm, cmd_model_stages, int_list
 from rooflab.cli.output import INPUT_ERRORS, OneLineParser, UsageError
@@ -127,6 +128,23 @@ def build_parser() -> argparse.ArgumentParser:
     stages.add_argument("--out", help="folder for the runs' Parquet files (default: none kept)")
     add_format(stages)
     stages.set_defaults(handler=cmd_measure_stages)
+    timeline = measure_commands.add_parser(
+        "timeline",
+        help="a decode-like step per mode (eager, graph, fused): launch gaps against busy time",
+    )
+    timeline.add_argument(
+        "--scenario", action="append", help="a timeline scenario of the config (default: all)"
+    )
+    timeline.add_argument(
+        "--config",
+        help="campaign config (default: config/config.yaml, or config/gpu.yaml with cuda)",
+    )
+    timeline.add_argument(
+        "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
+    )
+    timeline.add_argument("--out", help="folder for the runs' Parquet files (default: none kept)")
+    add_format(timeline)
+    timeline.set_defaults(handler=cmd_measure_timeline)
     workload = measure_commands.add_parser(
         "workload", help="your own kernel: a rooflab.Workload factory (docs/workloads.md)"
     )

@@ -10,9 +10,9 @@ from tempfile import TemporaryDirectory
 from rooflab.cli.output import UsageError, print_rows
 
 
-def _config(args) -> dict:
+def default_config(args) -> dict:
     """--config, else the default campaign of the backend (config/config.yaml, config/gpu.yaml):
-    the measurable scenario rooflab ships."""
+    the measurable stages scenario and the timeline rooflab ships."""
     from rooflab.config import config_file, load_config
 
     if args.config:
@@ -62,7 +62,7 @@ def cmd_measure_stages(args) -> None:
     from rooflab.experiments.timing import TimingSettings
     from rooflab.records import check_writable, write_run
 
-    config = _config(args)
+    config = default_config(args)
     measurable = {n: s for n, s in config["stages"].items() if s.get("measurable")}
     names = args.scenario or sorted(measurable)
     unknown = [n for n in names if n not in measurable]

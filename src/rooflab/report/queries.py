@@ -183,5 +183,7 @@ def timeline_modes(connection, scope) -> pd.DataFrame:
 
 
 def timeline_kernels(connection, scope) -> pd.DataFrame:
-    """The per-kernel timeline of one step per scenario and mode."""
-    return _scoped(connection, "latest_timeline_kernels", scope, ("scenario", "mode", "position"))
+    """The per-kernel timeline of one step per scenario and mode (`position`: launch order)."""
+    order = ("scenario", "mode", "position")
+    rows = read_view(connection, "latest_timeline_kernels", order_by=order, **_of(scope))
+    return rows.drop(columns=["machine_id", "backend"])

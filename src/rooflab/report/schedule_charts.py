@@ -10,6 +10,8 @@ import rooflab.report.queries as queries
 from rooflab.report.axes import WIDTH
 from rooflab.report.names import name_part
 from rooflab.report.page import Chart
+from rooflab.report.timeline_charts import HOW as TIMELINE_HOW
+from rooflab.report.timeline_charts import timeline_chart
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,4 +119,31 @@ def schedule_charts(connection, scope) -> list[Chart]:
                 stage_overlap_table(row),
             )
         )
+    modes = queries.timeline_modes(connection, scope)
+    kernels = queries.timeline_kernels(connection, scope)
+    for scenario, steps in modes.groupby("scenario", sort=True):
+        charts.append(
+            Chart(
+                f"timeline_{name_part(scenario)}",
+                f"Step timeline: {scenario}",
+                TIMELINE_HOW,
+                timeline_chart(kernels[kernels.scenario == scenario], steps, str(scenario)),
+                timeline_notes(steps),
+            )
+        )
     return charts
+
+
+def timeline_notes(steps: pd.DataFrame) -> str:
+    """Each mode in a sentence (view timeline_modes' `says`: its step, busy time, gap share and
+    how far the step is from its Roofline bound), and the bound's C and B."""
+    items = "".join(f"<li>{says}</li>" for says in steps.says)
+    first = steps.iloc[0]
+    bound = ""
+    if first.bound_s == first.bound_s:  # not NaN: the machine has the ceilings to bound it
+        bound = (
+            f"<p>The step's Roofline bound: {first.bound_s * 1e6:.4g} μs, its FLOPs on "
+            f"{first.compute_path} ({first.peak_flops_per_s / 1e9:.4g} GFLOP/s) and its eager "
+            f"bytes at {first.memory_level} ({first.bandwidth_b_per_s / 1e9:.4g} GB/s).</p>"
+        )
+    return f"<ul>{items}</ul>{bound}"

@@ -2,8 +2,9 @@
 timeline of a decode-like step per mode. Each comment says what one row is."""
 
 # The step's Roofline bound: its FLOPs on the FMA chains of its dtype, its bytes at the smallest
-# cache level of the machine's newest ceilings run that holds them (else the memory), as a warm
-# Roofline point is judged; max(F/C, Q/B) in s.
+# cache level of the machine's newest ceilings run that holds them (cache_capacities, as a warm
+# Roofline point is judged; where the roofline step has not derived them, the level whose measured
+# plateau reached that working set), else the memory; max(F/C, Q/B) in s.
 _STEP_BOUND = """
     SELECT t.run_id, t.mode,
            greatest(t.flops / c.value, t.bytes / b.value) AS bound_s,
@@ -18,6 +19,10 @@ _STEP_BOUND = """
      AND b.name = coalesce(
             (SELECT arg_min(k.level, k.bytes) FROM latest_cache_capacities AS k
              WHERE k.machine_id = t.machine_id AND k.backend = t.backend AND k.bytes >= t.bytes),
+            (SELECT arg_min(p.name, p.working_set_max_bytes) FROM latest_ceilings AS p
+             WHERE p.machine_id = t.machine_id AND p.backend = t.backend
+               AND p.kind = 'bandwidth' AND p.working_set_max_bytes >= t.bytes
+               AND p.name NOT IN ('DRAM', 'HBM')),
             CASE WHEN t.backend = 'cuda' THEN 'HBM' ELSE 'DRAM' END)
     QUALIFY row_number() OVER (
         PARTITION BY t.run_id, t.mode ORDER BY c.value DESC, b.value DESC) = 1
@@ -98,9 +103,13 @@ TIMELINE_VIEWS_SQL = {
                s.noisy, coalesce(s.disturbed, false) AS disturbed, s.disturbance,
                b.bound_s, s.step_s / b.bound_s AS step_over_bound, b.compute_path,
                b.peak_flops_per_s, b.memory_level, b.bandwidth_b_per_s,
-               printf('%s: %.3g ms per step, %.3g ms busy in %d kernels, %.0f %% in gaps',
-                      s.mode, s.step_s * 1e3, s.busy_s * 1e3, s.kernels,
-                      100 * s.gap_s / s.step_s)
+               printf('%s: %.3g μs per step in %d kernels, ', s.mode, s.step_s * 1e6, s.kernels)
+               || coalesce(printf('%.3g μs busy, ', s.busy_s * 1e6)
+                           || CASE WHEN s.gap_s > 0
+                                   THEN printf('%.0f %% of the step in gaps',
+                                               100 * s.gap_s / s.step_s)
+                                   ELSE 'no gap beyond the noise' END,
+                           'busy time not measured')
                || coalesce(printf('; %.3gx its Roofline bound', s.step_s / b.bound_s), '')
                    AS says
         FROM steps AS s LEFT JOIN ({_STEP_BOUND}) AS b USING (run_id, mode)

@@ -1,0 +1,74 @@
+"""The timeline measurement through the CLI, the store and the report (issue 29, second part):
+`rooflab measure timeline` prints the contract, its runs reach the views `timeline_modes` and
+`latest_timeline_kernels`, and the report draws one step per mode. Real runs on this CPU."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from rooflab.cli.measure_timeline import COLUMNS
+from tests.conftest import run_rooflab
+
+CONFIG = {
+    "backend": "cpu",
+    "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
+    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+    "timelines": {"small": {"layers": 4, "hidden": 32}},
+}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("timeline")
+    config = folder / "c.yaml"
+    config.write_text(json.dumps(CONFIG))
+    result = run_rooflab(
+        "measure", "timeline", "--config", config, "--format", "json", "--out", folder / "runs"
+    )
+    assert result.returncode == 0, result.stderr
+    return folder, json.loads(result.stdout), result.stderr
+
+
+def test_the_cli_prints_one_object_per_mode(measured):
+    _, rows, stderr = measured
+    assert [(r["scenario"], r["mode"]) for r in rows] == [("small", "eager"), ("small", "fused")]
+    assert "mode graph skipped: CUDA graphs need a GPU" in stderr
+    for row in rows:
+        assert set(row) == set(COLUMNS)
+        assert row["step_s"] > 0 and row["gap_s"] == pytest.approx(row["step_s"] - row["busy_s"])
+    assert [r["kernels"] for r in rows] == [16, 1]
+
+
+def test_an_unknown_scenario_is_one_clear_error(measured):
+    folder, _, _ = measured
+    result = run_rooflab("measure", "timeline", "--config", folder / "c.yaml", "--scenario", "x")
+    assert result.returncode == 2
+    assert "no timeline scenario x in the config; timelines: small" in result.stderr
+
+
+def test_the_store_and_the_report_show_each_mode(measured, tmp_path):
+    folder, rows, _ = measured
+    db = tmp_path / "store.duckdb"
+    assert run_rooflab("store", "ingest", "--db", db, "--results", folder / "runs").returncode == 0
+    with duckdb.connect(str(db), read_only=True) as con:
+        modes = con.execute(
+            "SELECT mode, step_s, kernels, says FROM timeline_modes ORDER BY mode"
+        ).fetchall()
+        kernels = con.execute(
+            "SELECT mode, count(*) FROM latest_timeline_kernels GROUP BY mode ORDER BY mode"
+        ).fetchall()
+    assert [(m, s, k) for m, s, k, _ in modes] == [
+        (r["mode"], r["step_s"], r["kernels"]) for r in rows
+    ]
+    for mode, step_s, count, says in modes:
+        assert says.startswith(f"{mode}: {step_s * 1e6:.3g} μs per step in {count} kernels, ")
+    assert kernels == [("eager", 16), ("fused", 1)]
+    report = tmp_path / "report"
+    built = run_rooflab("report", "--db", db, "--out", report)
+    assert built.returncode == 0, built.stderr
+    page = (report / "index.html").read_text()
+    assert "Step timeline: small" in page and (report / "timeline_small.png").is_file()
+    assert "eager: " in page and " per step in 16 kernels" in page
