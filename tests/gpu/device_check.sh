@@ -15,7 +15,7 @@
 # a lent machine sends back at most 8 files.
 # STEPS (default "tests campaign fixtures references"): which steps run after the install, each
 # under its cap in seconds and never past TOTAL_S (default 570, for a 600 s command; a step with
-# under 20 s left is skipped and named as such): tests (TESTS_TIMEOUT_S, 180), campaign and its
+# under 20 s left is skipped and named as such): tests (TESTS_TIMEOUT_S, 240), campaign and its
 # summary (CAMPAIGN_TIMEOUT_S, 260), fixtures (FIXTURES_TIMEOUT_S, 120:
 # tests/fixtures/ncu/record_gemm.py, ncu on PATH), references (REFERENCES_TIMEOUT_S, 60:
 # benchmarks/gpu_ceilings_vs_references.py).
@@ -26,7 +26,7 @@ WHEELS=${1:-$REPO/build/wheels.tar.xz}
 OUT=${OUT:-$REPO/build/device_check}
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-/tmp/rooflab-device-venv}
-TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-180}
+TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-240}
 CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-260}
 FIXTURES_TIMEOUT_S=${FIXTURES_TIMEOUT_S:-120}
 REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-60}
