@@ -19,11 +19,14 @@ def installed_script(name: str) -> str:
     return found
 
 
-def run_rooflab(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_rooflab(
+    *args: object, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """The installed `rooflab` console script, as users and scripts call it (output captured)."""
     return subprocess.run(
         [installed_script("rooflab"), *map(str, args)],
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         check=False,

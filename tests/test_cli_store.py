@@ -17,6 +17,7 @@ from rooflab.devices import load_device_presets
 from rooflab.records import DERIVED_TABLES, TABLES
 from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import VIEWS_SQL, ingest
+from rooflab.store.comparisons import STORE_TABLES
 from tests.conftest import installed_script, run_rooflab
 from tests.test_store import two_machines
 
@@ -258,7 +259,7 @@ def test_runs_are_chosen_by_kind_sweep_machine_and_last(store, here):
 
 def test_schema_lists_tables_and_views_and_a_relations_columns_types_and_units(store):
     listed = {r["name"]: r for r in as_json("schema", "--db", store)}
-    assert set(listed) == {*TABLES, *VIEWS_SQL}
+    assert set(listed) == {*TABLES, *VIEWS_SQL, *STORE_TABLES}
     for name in TABLES:
         kind = "derived table" if name in DERIVED_TABLES else "table"
         assert listed[name]["kind"] == kind and listed[name]["columns"] >= len(TABLES[name])

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from rooflab import __version__
+from rooflab.cli.compare import cmd_compare
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
 from rooflab.cli.measure_stages import cmd_measure_stages
 from rooflab.cli.measure_timeline import cmd_measure_timeline
@@ -22,6 +23,7 @@ from rooflab.cli.store import (
     cmd_report,
     cmd_runs,
     cmd_store_ingest,
+    cmd_store_prune,
     cmd_store_rebuild,
     non_negative_seconds,
 )
@@ -189,6 +191,30 @@ def build_parser() -> argparse.ArgumentParser:
     counters.set_defaults(handler=cmd_measure_counters)
 
     db_help = f"the store (default {DEFAULT_DB})"
+    compare = commands.add_parser(
+        "compare", help="two runs of every point and ceiling, judged beyond noise"
+    )
+    compare.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    compare.add_argument(
+        "--baseline",
+        default="previous",
+        help="previous (each key's run before its newest) or a run id",
+    )
+    compare.add_argument(
+        "--candidate", default="latest", help="latest (each key's newest run) or a run id"
+    )
+    compare.add_argument("--machine", help="only this machine_id")
+    compare.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.05,
+        help="a change smaller than this fraction reads `same` (default 0.05)",
+    )
+    compare.add_argument(
+        "--fail-on", choices=("regression",), help="exit 1 when any pair is slower"
+    )
+    add_format(compare)
+    compare.set_defaults(handler=cmd_compare)
     store = commands.add_parser("store", help="the DuckDB result store: ingest, rebuild")
     store_commands = store.add_subparsers(dest="store_command", required=True, metavar="WHAT")
     ingest = store_commands.add_parser("ingest", help="add the runs the store lacks")
@@ -206,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
         )
     ingest.set_defaults(handler=cmd_store_ingest)
     rebuild.set_defaults(handler=cmd_store_rebuild)
+    prune = store_commands.add_parser(
+        "prune", help="drop the raw samples of old runs; every run's summaries stay"
+    )
+    prune.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    prune.add_argument(
+        "--keep-runs",
+        type=int,
+        required=True,
+        help="samples kept for the N newest runs of each series (>= 2)",
+    )
+    prune.set_defaults(handler=cmd_store_prune)
 
     query = commands.add_parser("query", help="run SQL on the store (read-only)")
     query.add_argument("sql", help='e.g. "SELECT * FROM latest_ceilings"')
@@ -241,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        args.handler(args)
+        status = args.handler(args)
         sys.stdout.flush()  # a reader that went away is found here, not at exit
     except UsageError as error:
         print(f"rooflab: error: {error}", file=sys.stderr)
@@ -258,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 128 + 2
-    return 0
+    return status or 0  # a handler may return a status of its own (compare --fail-on)
 
 
 if __name__ == "__main__":

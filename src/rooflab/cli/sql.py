@@ -106,7 +106,9 @@ _CATALOG_SQL = """
 
 
 def _kind(name: str, table_type: str) -> str:
-    if name in DERIVED_TABLES:
+    from rooflab.store.comparisons import STORE_TABLES
+
+    if name in DERIVED_TABLES or name in STORE_TABLES:
         return "derived table"
     if name in TABLES:
         return "table"

@@ -153,3 +153,13 @@ def non_negative_seconds(text: str) -> float:
     if not (seconds >= 0 and math.isfinite(seconds)):
         raise argparse.ArgumentTypeError(f"expects seconds >= 0, got {text!r}")
     return seconds
+
+
+def cmd_store_prune(args) -> None:
+    from rooflab.store.prune import prune_samples
+
+    pruned = prune_samples(args.db, args.keep_runs)
+    print(
+        f"{args.db}: deleted {pruned.samples} sample(s) of {pruned.runs} run(s) older than the "
+        f"{args.keep_runs} newest of each series; {pruned.bytes_before} B → {pruned.bytes_after} B"
+    )

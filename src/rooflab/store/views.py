@@ -1,6 +1,7 @@
 """The store's named views: every number a reader (a user's SQL, the report) needs, defined once.
 Each comment says what one row is, with its columns and units where they are not in the name."""
 
+from rooflab.store.comparison_views import COMPARISON_VIEWS_SQL
 from rooflab.store.report_views import REPORT_VIEWS_SQL
 from rooflab.store.timeline_views import TIMELINE_VIEWS_SQL
 
@@ -230,3 +231,4 @@ VIEWS_SQL = {
 # are named views like the others.
 VIEWS_SQL.update(REPORT_VIEWS_SQL)
 VIEWS_SQL.update(TIMELINE_VIEWS_SQL)
+VIEWS_SQL.update(COMPARISON_VIEWS_SQL)

@@ -34,6 +34,11 @@ from rooflab.records import (
     read_table_file,
     run_ids_of,
 )
+from rooflab.store.comparisons import (
+    STORE_TABLES,
+    ensure_comparisons_table,
+    refresh_comparisons,
+)
 from rooflab.store.connection import DEFAULT_DB, StoreError, StoreLocked, _one_line, _open
 from rooflab.store.views import VIEWS_SQL
 
@@ -153,6 +158,7 @@ class _Writer:
         self._load_columns()
         for name, schema in TABLES.items():
             self._fit_columns(name, schema.empty_table())  # a store of an older rooflab grows
+        ensure_comparisons_table(self.connection)  # the store's own: view `comparisons` reads it
         for name, sql in VIEWS_SQL.items():
             self.connection.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
@@ -279,7 +285,7 @@ def _ingest_with(
             report.present_run_ids.append(folder.run_id)
             continue
         try:
-            tables = read_run_folder(folder, reserved=VIEWS_SQL)
+            tables = read_run_folder(folder, reserved={*VIEWS_SQL, *STORE_TABLES})
             if tables["runs"].column("run_id")[0].as_py() != folder.run_id:
                 raise _BadFile(
                     f"{folder.path / 'runs.parquet'}: run_id "
@@ -298,6 +304,8 @@ def _ingest_with(
         if on_run_added is not None:
             on_run_added(folder.run_id)
     writer.replace_derived(results_dir / ROOFLINE_FOLDER, report)
+    # every key's newest run against the one before it, while both runs' samples are here
+    writer.transaction(lambda: refresh_comparisons(writer.connection))
 
 
 def _results_folder(results_dir: str | Path) -> Path:

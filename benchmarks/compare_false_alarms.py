@@ -1,0 +1,134 @@
+"""How often does `rooflab compare` cry wolf, and does it see a run slowed on purpose?
+
+    python benchmarks/compare_false_alarms.py [--runs 6] [--min-effect 0.05]
+
+Runs the same GEMM sweep (the default campaign's fp32 and fp64 weight reuse, M = 1 to 1024 at
+N = K = 1024, warm and cold, with the default campaign's timing) `--runs` times in a row on a
+quiet machine, each run ingested into a fresh store, and compares every run with the one before
+it at the default settings (`rooflab.store.comparisons.compare_runs`): every `slower` or `faster`
+among these identical reruns is a false alarm. Then one more run with as many busy-loop
+processes as the machine has CPUs spinning through it (a neighbour taking the machine), compared
+with the last quiet run: each point it made slower by more than the minimum effect should read
+`slower` or be flagged `disturbed` (conditions_changed says so).
+
+Prints the verdicts per pair, the false-alarm rate and what the loaded run got. Run it with
+nothing else running: the quiet runs must be quiet. Exit status 1 when a quiet pair read
+`slower`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rooflab.backends.cpu import CpuBackend
+from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.timing import TimingSettings
+from rooflab.records import write_run
+from rooflab.store import connect_read_only, ingest
+from rooflab.store.comparisons import compare_runs
+
+SWEEP = {
+    "m": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+    "n": [1024],
+    "k": [1024],
+    "dtypes": ["fp32", "fp64"],
+    "layouts": ["nn"],
+    "cache_states": ["warm", "cold"],
+    "seed": 0,
+}
+TIMING = TimingSettings(warmup_s=0.1, min_time_s=0.3, min_samples=10)  # config/config.yaml's
+
+
+@contextlib.contextmanager
+def busy_loops(count: int):
+    processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def one_run(backend: CpuBackend, results: Path, db: Path) -> str:
+    tables = run_gemm_sweep(backend, "weight_reuse", SWEEP, TIMING)
+    run_id = tables["runs"][0]["run_id"]
+    write_run(results / "runs", run_id, tables)
+    ingest(db, results)
+    return run_id
+
+
+def verdicts(db: Path, baseline: str, candidate: str, min_effect: float) -> list[dict]:
+    connection = connect_read_only(db)
+    try:
+        return compare_runs(connection, baseline, candidate, min_effect=min_effect)
+    finally:
+        connection.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=6, help="identical quiet runs (default 6)")
+    parser.add_argument("--min-effect", type=float, default=0.05)
+    args = parser.parse_args()
+    backend = CpuBackend()
+    with tempfile.TemporaryDirectory(prefix="rooflab-compare-") as folder:
+        results, db = Path(folder) / "results", Path(folder) / "store.duckdb"
+        runs = []
+        started = time.perf_counter()
+        for index in range(args.runs):
+            runs.append(one_run(backend, results, db))
+            print(f"quiet run {index + 1}/{args.runs}: {runs[-1]}", flush=True)
+        quiet_s = time.perf_counter() - started
+        tally: collections.Counter = collections.Counter()
+        print("\npair                                              slower faster same incomparable")
+        for baseline, candidate in itertools.pairwise(runs):
+            rows = verdicts(db, baseline, candidate, args.min_effect)
+            counts = collections.Counter(r["verdict"] for r in rows)
+            tally.update(counts)
+            print(
+                f"{baseline} → {candidate[-8:]}  {counts['slower']:6} {counts['faster']:6} "
+                f"{counts['same']:4} {counts['incomparable']:12}"
+            )
+        pairs = sum(tally.values())
+        alarms = tally["slower"] + tally["faster"]
+        print(
+            f"\nquiet reruns: {args.runs} runs of {pairs // max(args.runs - 1, 1)} points in "
+            f"{quiet_s:.0f} s; {pairs} comparisons; slower {tally['slower']}, faster "
+            f"{tally['faster']}: false-alarm rate {alarms / max(pairs, 1):.2%} at a minimum "
+            f"effect of {args.min_effect:.0%}"
+        )
+        cpus = len(os.sched_getaffinity(0))
+        with busy_loops(cpus):
+            loaded = one_run(backend, results, db)
+        rows = verdicts(db, runs[-1], loaded, args.min_effect)
+        disturbed = [r for r in rows if "disturbed" in (r["conditions_changed"] or "")]
+        slower = [r for r in rows if r["verdict"] == "slower"]
+        moved = [r for r in rows if r["ratio"] and r["ratio"] >= 1 + args.min_effect]
+        caught = [r for r in moved if r in slower or r in disturbed]
+        print(
+            f"\nrun under {cpus} busy loop(s): {len(rows)} points; {len(slower)} slower, "
+            f"{len(disturbed)} with 'disturbed' among what changed; of the {len(moved)} it made "
+            f">= {1 + args.min_effect:.2f}x slower, {len(caught)} flagged"
+        )
+        for row in rows:
+            print(
+                f"  {row['key']:<36} ratio {row['ratio'] or float('nan'):.3f} "
+                f"[{row['ci_low'] or float('nan'):.3f}, {row['ci_high'] or float('nan'):.3f}] "
+                f"{row['verdict']:<7} {row['conditions_changed'] or ''}"
+            )
+    return 1 if tally["slower"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

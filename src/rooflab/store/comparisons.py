@@ -1,0 +1,266 @@
+"""Runs compared key by key (docs/compare.md): each point (a GEMM configuration or a workload case
+in a cache state) and each ceiling (kind, name, kernel) of one machine and backend, in a baseline
+run and a candidate run, judged from their raw samples by rooflab.comparison, with what changed
+between the two runs beside the verdict.
+
+`compare_runs` pairs and judges (rooflab compare); `refresh_comparisons` stores the newest run of
+every key against the one before it in table `run_comparisons` (view `comparisons`), after each
+ingest, while both runs' samples are still there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import numpy as np
+
+from rooflab.comparison import MIN_EFFECT, Compared, compare_samples, compare_summaries
+
+# Tables the store derives itself (not from a run folder): no run may hold one of these names.
+STORE_TABLES = ("run_comparisons",)
+CLOCK_CHANGE = 0.05  # a clock range that moved more than this fraction is a changed condition
+
+COLUMNS = (
+    ("machine_id", "VARCHAR"),
+    ("backend", "VARCHAR"),
+    ("kind", "VARCHAR"),
+    ("key", "VARCHAR"),
+    ("name", "VARCHAR"),
+    ("baseline_run_id", "VARCHAR"),
+    ("candidate_run_id", "VARCHAR"),
+    ("baseline_commit", "VARCHAR"),
+    ("candidate_commit", "VARCHAR"),
+    ("baseline_s", "DOUBLE"),
+    ("candidate_s", "DOUBLE"),
+    ("ratio", "DOUBLE"),
+    ("ci_low", "DOUBLE"),
+    ("ci_high", "DOUBLE"),
+    ("p_value", "DOUBLE"),
+    ("verdict", "VARCHAR"),
+    ("method", "VARCHAR"),
+    ("min_effect", "DOUBLE"),
+    ("conditions_changed", "VARCHAR"),
+    ("note", "VARCHAR"),
+)
+
+
+def ensure_comparisons_table(connection) -> None:
+    columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
+    connection.execute(f"CREATE TABLE IF NOT EXISTS run_comparisons ({columns})")
+
+
+def _runs(connection, run_ids: Iterable[str]) -> dict[str, dict]:
+    ids = sorted(set(run_ids))
+    if not ids:
+        return {}
+    rows = connection.execute(
+        "SELECT run_id, host, device_name, driver_version, runtime_version, library_versions, "
+        "git_commit, git_dirty, busy_warning FROM runs WHERE run_id IN "
+        f"({', '.join('?' * len(ids))})",
+        ids,
+    ).fetchall()
+    names = ("host", "device_name", "driver_version", "runtime_version", "library_versions")
+    names += ("git_commit", "git_dirty", "busy_warning")
+    return {row[0]: dict(zip(names, row[1:], strict=True)) for row in rows}
+
+
+def _samples(connection, pairs: list[dict]) -> dict[tuple, tuple[list, list, list]]:
+    """(run_id, config_id, cache_state) -> (seconds per unit of work, clock MHz, amount of work)
+    of the clean samples of every run and key in `pairs`."""
+    wanted = {(p[side], p["config_id"]) for p in pairs for side in ("baseline", "candidate")}
+    if not wanted:
+        return {}
+    connection.register("_wanted", _frame(wanted))
+    try:
+        rows = connection.execute(
+            "SELECT s.run_id, s.config_id, s.cache_state, s.seconds / coalesce(s.amount, 1), "
+            "s.clock_mhz, coalesce(s.amount, 1) FROM samples AS s "
+            "JOIN _wanted AS w USING (run_id, config_id) "
+            "WHERE NOT coalesce(s.disturbed, false) AND s.seconds > 0 ORDER BY s.sample_idx"
+        ).fetchall()
+    finally:
+        connection.unregister("_wanted")
+    found: dict[tuple, tuple[list, list, list]] = {}
+    for run_id, config_id, cache_state, per_unit, clock, amount in rows:
+        times, clocks, amounts = found.setdefault((run_id, config_id, cache_state), ([], [], []))
+        times.append(per_unit)
+        amounts.append(amount)
+        if clock is not None:
+            clocks.append(clock)
+    return found
+
+
+def _frame(wanted):
+    import pandas as pd
+
+    return pd.DataFrame(sorted(wanted), columns=["run_id", "config_id"])
+
+
+def _pairs(connection, baseline: str, candidate: str, machine: str | None) -> list[dict]:
+    """Per machine, backend and key: the baseline and candidate run ("previous" and "latest": the
+    key's two newest runs; else the run ids, keys present in both)."""
+    history = (
+        "SELECT machine_id, backend, kind, key, name, config_id, cache_state, run_id, position, "
+        "value, low, high, disturbed, max(position) OVER (PARTITION BY machine_id, backend, kind, "
+        "key) AS newest FROM history" + (" WHERE machine_id = ?" if machine else "")
+    )
+    rows = connection.execute(history, [machine] if machine else []).fetchall()
+    names = ("machine_id", "backend", "kind", "key", "name", "config_id", "cache_state")
+    names += ("run_id", "position", "value", "low", "high", "disturbed", "newest")
+    by_key: dict[tuple, dict] = {}
+    for row in map(lambda r: dict(zip(names, r, strict=True)), rows):
+        key = (row["machine_id"], row["backend"], row["kind"], row["key"])
+        side = None
+        if (baseline == "previous" and row["position"] == row["newest"] - 1) or baseline == row[
+            "run_id"
+        ]:
+            side = "baseline"
+        if (candidate == "latest" and row["position"] == row["newest"]) or candidate == row[
+            "run_id"
+        ]:
+            by_key.setdefault(key, {})["candidate"] = row
+        if side:
+            by_key.setdefault(key, {})[side] = row
+    pairs = []
+    for (machine_id, backend, kind, key), sides in sorted(by_key.items()):
+        if "baseline" in sides and "candidate" in sides:
+            base, cand = sides["baseline"], sides["candidate"]
+            if base["run_id"] == cand["run_id"]:
+                continue
+            pairs.append(
+                {
+                    "machine_id": machine_id,
+                    "backend": backend,
+                    "kind": kind,
+                    "key": key,
+                    "name": cand["name"],
+                    "config_id": cand["config_id"],
+                    "baseline": base["run_id"],
+                    "candidate": cand["run_id"],
+                    "rows": (base, cand),
+                }
+            )
+    return pairs
+
+
+def _changed(base: dict, cand: dict, base_row: dict, cand_row: dict, clocks) -> list[str]:
+    """What differs between the two runs that could explain a change."""
+    said = []
+    for field, label in (
+        ("host", "host"),
+        ("device_name", "device"),
+        ("driver_version", "driver"),
+        ("runtime_version", "CUDA runtime"),
+    ):
+        if base.get(field) != cand.get(field):
+            said.append(f"{label} {base.get(field)} → {cand.get(field)}")
+    versions = [json.loads(run.get("library_versions") or "{}") for run in (base, cand)]
+    for name in sorted(set(versions[0]) | set(versions[1])):
+        if versions[0].get(name) != versions[1].get(name) and name != "python":
+            said.append(f"{name} {versions[0].get(name)} → {versions[1].get(name)}")
+    commits = [f"{(r.get('git_commit') or '?')[:9]}{'+dirty' if r.get('git_dirty') else ''}"
+               for r in (base, cand)]  # fmt: skip
+    if commits[0] != commits[1]:
+        said.append(f"commit {commits[0]} → {commits[1]}")
+    ranges = [(min(c), max(c)) if c else None for c in clocks]
+    if all(ranges):
+        (b_lo, b_hi), (c_lo, c_hi) = ranges
+        if abs(c_lo - b_lo) > CLOCK_CHANGE * b_lo or abs(c_hi - b_hi) > CLOCK_CHANGE * b_hi:
+            said.append(f"clock {b_lo:.0f}–{b_hi:.0f} → {c_lo:.0f}–{c_hi:.0f} MHz")
+    if bool(base_row["disturbed"]) != bool(cand_row["disturbed"]):
+        said.append(f"disturbed {bool(base_row['disturbed'])} → {bool(cand_row['disturbed'])}")
+    if (base.get("busy_warning") is None) != (cand.get("busy_warning") is None):
+        said.append(
+            "machine busy before the " + ("candidate" if cand.get("busy_warning") else "baseline")
+        )
+    return said
+
+
+def compare_runs(
+    connection,
+    baseline: str = "previous",
+    candidate: str = "latest",
+    *,
+    machine: str | None = None,
+    min_effect: float = MIN_EFFECT,
+) -> list[dict]:
+    """Every key in both runs, judged: one dict per pair with the run_comparisons columns."""
+    pairs = _pairs(connection, baseline, candidate, machine)
+    samples = _samples(connection, pairs)
+    runs = _runs(connection, [p[s] for p in pairs for s in ("baseline", "candidate")])
+    out = []
+    for pair in pairs:
+        base_row, cand_row = pair["rows"]
+        sides = [
+            samples.get((row["run_id"], row["config_id"], row["cache_state"]))
+            or samples.get((row["run_id"], row["config_id"], None))
+            for row in (base_row, cand_row)
+        ]
+        compared = _judge(pair["kind"], base_row, cand_row, sides, min_effect)
+        clocks = [side[1] if side else [] for side in sides]
+        changed = _changed(
+            runs[pair["baseline"]], runs[pair["candidate"]], base_row, cand_row, clocks
+        )
+        out.append(
+            {
+                "machine_id": pair["machine_id"],
+                "backend": pair["backend"],
+                "kind": pair["kind"],
+                "key": pair["key"],
+                "name": pair["name"],
+                "baseline_run_id": pair["baseline"],
+                "candidate_run_id": pair["candidate"],
+                "baseline_commit": runs[pair["baseline"]].get("git_commit"),
+                "candidate_commit": runs[pair["candidate"]].get("git_commit"),
+                "baseline_s": compared.baseline_s,
+                "candidate_s": compared.candidate_s,
+                "ratio": compared.ratio,
+                "ci_low": compared.ci_low,
+                "ci_high": compared.ci_high,
+                "p_value": compared.p_value,
+                "verdict": compared.verdict,
+                "method": compared.method,
+                "min_effect": min_effect,
+                "conditions_changed": "; ".join(changed) or None,
+                "note": compared.note,
+            }
+        )
+    return out
+
+
+def _judge(kind: str, base_row: dict, cand_row: dict, sides, min_effect: float) -> Compared:
+    """From the samples where both runs still have them, else from the summaries."""
+    if all(sides):
+        # time per unit of work (a ceiling's windows differ in length), reported as the time of
+        # the baseline's median amount (a point's: its call) at each run's rate
+        amount = float(np.median(sides[0][2]))
+        base, cand = (np.asarray(side[0]) * amount for side in sides)
+        return compare_samples(base, cand, min_effect)
+    if kind == "point":
+        summaries = [(r["low"], r["value"], r["high"]) for r in (base_row, cand_row)]
+    else:  # a rate: the time per unit is its inverse, quartiles swapped
+        summaries = [
+            (1 / r["high"], 1 / r["value"], 1 / r["low"]) if r["low"] and r["high"] else
+            (1 / r["value"], 1 / r["value"], 1 / r["value"])
+            for r in (base_row, cand_row)
+        ]  # fmt: skip
+    return compare_summaries(*summaries, min_effect=min_effect)
+
+
+def refresh_comparisons(connection, min_effect: float = MIN_EFFECT) -> int:
+    """Replace run_comparisons with every key's newest run against the one before it; the
+    number of rows. The caller holds the transaction."""
+    import pandas as pd
+
+    ensure_comparisons_table(connection)
+    rows = compare_runs(connection, min_effect=min_effect)
+    connection.execute("DELETE FROM run_comparisons")
+    if rows:
+        frame = pd.DataFrame(rows, columns=[name for name, _ in COLUMNS])
+        connection.register("_compared", frame)
+        try:
+            connection.execute("INSERT INTO run_comparisons BY NAME SELECT * FROM _compared")
+        finally:
+            connection.unregister("_compared")
+    return len(rows)

@@ -1,0 +1,155 @@
+"""Runs compared beyond noise (issue 30): the statistics on their own, then real runs of a kernel
+whose cost we set (a sleep of 2 ms, then 2 ms again, then 3 ms) through the store's views,
+`rooflab compare` with --fail-on regression, and `rooflab store prune`."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import duckdb
+import numpy as np
+import pytest
+
+from rooflab.comparison import compare_samples, compare_summaries
+from rooflab.store.comparisons import _changed
+from tests.conftest import run_rooflab
+
+FAST = {
+    "backend": "cpu",
+    "timing": {"warmup_s": 0.01, "min_time_s": 0.05, "min_samples": 15},
+    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+}
+KERNEL = textwrap.dedent(
+    """
+    import os
+    import time
+
+    from rooflab import Workload
+
+    def nap(params, ctx):
+        seconds = float(os.environ["NAP_S"])  # what this run's kernel costs
+        return Workload(run=lambda: time.sleep(seconds), flops=1, bytes=1)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("factor", "verdict"), [(1.0, "same"), (1.2, "slower"), (1 / 1.2, "faster"), (1.02, "same")]
+)
+def test_the_verdict_needs_the_whole_interval_beyond_the_minimum_effect(factor, verdict):
+    rng = np.random.default_rng(7)  # lognormal noise of 3 %, as a quiet machine's samples
+    base = rng.lognormal(np.log(1e-3), 0.03, 400)
+    cand = rng.lognormal(np.log(1e-3 * factor), 0.03, 400)
+    compared = compare_samples(base, cand)
+    assert compared.verdict == verdict and compared.method == "samples"
+    assert compared.ci_low <= compared.ratio <= compared.ci_high
+    assert compared.ratio == pytest.approx(factor, rel=0.02)
+    if factor == 1.02:  # significant, yet under the 5 % minimum effect
+        assert compared.p_value < 0.05
+
+
+def test_too_few_samples_or_only_summaries():
+    assert compare_samples([1.0, 1.1], [1.0, 1.1, 1.2]).verdict == "incomparable"
+    assert compare_summaries((0.9, 1.0, 1.1), (1.3, 1.4, 1.5)).verdict == "slower"
+    # beyond 5 % but inside the 20 % IQR of the noisier run: same
+    assert compare_summaries((0.9, 1.0, 1.1), (1.0, 1.1, 1.3)).verdict == "same"
+    assert compare_summaries((0.9, 1.0, 1.1), (0.5, 0.6, 0.7)).method == "summary"
+
+
+def test_what_changed_between_two_runs_is_named():
+    run = {"host": "a", "driver_version": "550", "git_commit": "1234567890ab", "git_dirty": False}
+    run["library_versions"] = json.dumps({"numpy": "2.0", "python": "3.12"})
+    other = {**run, "driver_version": "560", "git_dirty": True}
+    other["library_versions"] = json.dumps({"numpy": "2.1", "python": "3.13"})
+    rows = ({"disturbed": False}, {"disturbed": True})
+    said = _changed(run, other, *rows, clocks=([2400, 2450], [1900, 1950]))
+    assert said == [
+        "driver 550 → 560",
+        "numpy 2.0 → 2.1",
+        "commit 123456789 → 123456789+dirty",
+        "clock 2400–2450 → 1900–1950 MHz",
+        "disturbed False → True",
+    ]
+    assert _changed(run, run, rows[0], rows[0], clocks=([2400], [2410])) == []
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Three runs of the nap kernel (2, 2, then 3 ms), ingested after each."""
+    folder = tmp_path_factory.mktemp("compare")
+    (folder / "naps.py").write_text(KERNEL)
+    config = folder / "fast.yaml"
+    config.write_text(json.dumps(FAST))
+    db = folder / "store.duckdb"
+    for nap in ("0.002", "0.002", "0.003"):
+        env = {**os.environ, "PYTHONPATH": str(folder), "NAP_S": nap}
+        measured = run_rooflab(
+            "measure", "workload", "naps:nap", "--config", config, "--cache-state", "warm",
+            "--out", folder / "runs", env=env,
+        )  # fmt: skip
+        assert measured.returncode == 0, measured.stderr
+        ingested = run_rooflab("store", "ingest", "--db", db, "--results", folder / "runs")
+        assert ingested.returncode == 0, ingested.stderr
+    runs = sorted(p.name for p in (folder / "runs").iterdir())
+    return {"db": db, "runs": runs}
+
+
+def _compare(store, *args):
+    result = run_rooflab("compare", "--db", store["db"], "--format", "json", *args)
+    return result, json.loads(result.stdout) if result.stdout.strip() else []
+
+
+def test_the_newest_run_against_the_one_before_is_slower_and_fails_the_ci(store):
+    result, (pair,) = _compare(store, "--fail-on", "regression")
+    assert result.returncode == 1
+    assert "regression: nap/fp32/default warm slower" in result.stderr
+    assert pair["key"] == "nap/fp32/default warm" and pair["verdict"] == "slower"
+    assert (pair["baseline_run_id"], pair["candidate_run_id"]) == tuple(store["runs"][1:])
+    assert pair["ratio"] == pytest.approx(1.5, rel=0.15) and pair["ci_low"] > 1.05
+    assert pair["baseline_s"] == pytest.approx(0.002, rel=0.3)
+    for key in ("candidate_s", "ci_high", "conditions_changed", "method"):
+        assert key in pair
+
+
+def test_identical_runs_are_the_same_and_pass(store):
+    first, second, _ = store["runs"]
+    result, (pair,) = _compare(
+        store, "--baseline", first, "--candidate", second, "--fail-on", "regression"
+    )
+    assert result.returncode == 0 and pair["verdict"] == "same"
+
+
+def test_the_views_keep_the_history_and_the_newest_comparison(store):
+    with duckdb.connect(str(store["db"]), read_only=True) as con:
+        history = con.execute(
+            "SELECT position, run_id, value FROM history WHERE key = 'nap/fp32/default warm' "
+            "ORDER BY position"
+        ).fetchall()
+        (says,) = con.execute("SELECT says FROM comparisons").fetchone()
+    assert [(p, r) for p, r, _ in history] == list(enumerate(store["runs"], start=1))
+    assert says.startswith("slower (1.")
+
+
+def test_prune_keeps_summaries_and_compare_falls_back_to_them(store, tmp_path):
+    db = tmp_path / "pruned.duckdb"
+    db.write_bytes(store["db"].read_bytes())
+    pruned = run_rooflab("store", "prune", "--db", db, "--keep-runs", "2")
+    assert pruned.returncode == 0, pruned.stderr
+    assert "deleted" in pruned.stdout and "of 1 run(s)" in pruned.stdout
+    with duckdb.connect(str(db), read_only=True) as con:
+        kept = con.execute("SELECT DISTINCT run_id FROM samples ORDER BY 1").fetchall()
+        assert [r for (r,) in kept] == store["runs"][1:]
+        assert con.execute("SELECT count(*) FROM history").fetchone() == (3,)
+        assert con.execute("SELECT verdict FROM comparisons").fetchone() == ("slower",)
+    _, (pair,) = _compare({"db": db}, "--baseline", store["runs"][0])
+    assert (pair["method"], pair["verdict"], pair["ci_low"]) == ("summary", "slower", None)
+    refused = run_rooflab("store", "prune", "--db", db, "--keep-runs", "1")
+    assert refused.returncode == 2 and "--keep-runs must be an integer >= 2" in refused.stderr
+
+
+def test_a_run_that_is_not_in_the_store_is_one_clear_error(store):
+    result, _ = _compare(store, "--baseline", "20990101T000000Z-nothere")
+    assert result.returncode == 2
+    assert "--baseline 20990101T000000Z-nothere: no such run in" in result.stderr
