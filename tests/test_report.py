@@ -959,9 +959,11 @@ def test_two_machines_get_their_own_sections_and_are_never_mixed(history, store)
     report = history["report"]
     own_host = query(store, "SELECT DISTINCT host FROM runs").column("host")[0].as_py()
     a, b = _machine_charts(report, own_host), _machine_charts(report, "node-b")
-    assert a and b and len(a) + len(b) == len(report.charts)
+    # and one chart across them: the machines side by side (docs/compare.md)
+    assert a and b and len(a) + len(b) + 1 == len(report.charts)
+    assert report.charts[0] == "machines"
     assert [name.split("__", 1)[1] for name in b] == [
-        name.split("__", 1)[1] for name in a if not name.endswith("__change")
+        name.split("__", 1)[1] for name in a if not name.endswith(("__change", "__history"))
     ]
     page = report.index.read_text()
     assert "holds 2 machine/backend pairs" in page and "node-b (cpu," in page

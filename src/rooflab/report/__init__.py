@@ -7,7 +7,8 @@ the page. The page inlines Vega, Vega-Lite and vega-embed (vl-convert's bundle),
 without a network.
 
 Every machine and backend in the store gets its own section (summary and charts): ceilings are
-never drawn against another machine's points. With more than one machine, chart names (and file
+never drawn against another machine's points; with several, one chart puts their Rooflines side
+by side, each against its own roofs, on shared axes. With more than one machine, chart names (and file
 names) start with host, backend and machine id (`names.name_part`).
 
 The modules, each depending only on those listed after it:
@@ -18,7 +19,9 @@ The modules, each depending only on those listed after it:
 - one module per chart family: `roofline_chart` (with `roofline_points`: its points, their
   marks and its title), `counter_charts` (hardware counters),
   `sweep_charts` (ceiling sweep, weight reuse), `run_charts` (samples, conditions, change),
-  `stage_charts` (stage bounds);
+  `stage_charts` (stage bounds), `workload_charts` (your own kernels), `schedule_charts` (stages
+  measured, with `timeline_charts`: a step per mode), `history_charts` (every run of a key, the
+  newest comparisons), `machine_charts` (several machines side by side);
 - what the charts share: `axes` (roof geometry, time and size labels), `labels` (placing roof
   labels), `disturbed_marks` (how a disturbed measurement is marked);
 - `names`: how names from the config and the store become chart names, ids and file names (one

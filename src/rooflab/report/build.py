@@ -14,6 +14,8 @@ from rooflab.report.counter_charts import (
     model_vs_counted_chart,
     model_vs_counted_table,
 )
+from rooflab.report.history_charts import history_charts
+from rooflab.report.machine_charts import MachineRoofs, machines_chart
 from rooflab.report.names import duplicates, name_part
 from rooflab.report.page import Chart, MachineSection, index_html, vl_version
 from rooflab.report.roofline_chart import roofline_chart
@@ -316,6 +318,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 change_chart(change),
             )
         )
+    charts += history_charts(connection, scope)
     charts += schedule_charts(connection, scope)
     stages = queries.stage_bounds(connection, scope)
     for name, frame in stages.groupby("scenario", sort=True):
@@ -369,26 +372,34 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
     out_dir = Path(out_dir)
     connection = connect_read_only(db_path)
     machines: list[MachineSection] = []
+    roofs: list[MachineRoofs] = []  # each machine's, for the machines side by side
     try:
         scopes = queries.scopes(connection)
         for scope in scopes:
             charts, facts = _charts(connection, scope)
+            title = f"{scope['host']} ({scope['backend']}, {scope['device_name']})"
             machines.append(
                 MachineSection(
-                    title=f"{scope['host']} ({scope['backend']}, {scope['device_name']})",
+                    title=title,
                     anchor="machine-" + scope.get("prefix", "").removesuffix("__"),
                     summary=summary_html(connection, scope, facts),
                     charts=charts,
                 )
             )
+            roofs.append(
+                MachineRoofs(title, scope["machine_id"], facts["ceilings"], facts["points"])
+            )
     finally:
         connection.close()
 
-    _refuse_shared_names([chart.name for machine in machines for chart in machine.charts])
+    side_by_side = machines_chart(roofs)  # None: one machine
+    top = [side_by_side] if side_by_side else []
+    every = top + [chart for machine in machines for chart in machine.charts]
+    _refuse_shared_names([chart.name for chart in every])
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(out_dir=out_dir, index=out_dir / "index.html")
     version = vl_version()
-    for chart in (chart for machine in machines for chart in machine.charts):
+    for chart in every:
         spec = chart.chart.to_dict()
         report.specs[chart.name] = spec
         png = out_dir / f"{chart.name}.png"
@@ -397,7 +408,7 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
         svg.write_text(vlc.vegalite_to_svg(spec, vl_version=version), encoding="utf-8")
         report.charts.append(chart.name)
         report.files += [png, svg]
-    page = index_html(machines, report.specs)
+    page = index_html(machines, report.specs, [side_by_side] if side_by_side else [])
     temporary = report.index.with_name(".index.html.tmp")
     temporary.write_text(page, encoding="utf-8")
     temporary.replace(report.index)

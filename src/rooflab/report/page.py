@@ -66,8 +66,9 @@ def _chart_html(chart: Chart, heading: str) -> str:
     )
 
 
-def _body_html(machines: list[MachineSection]) -> str:
-    """One machine: its summary and charts. Several: a list of them, then a section each."""
+def _body_html(machines: list[MachineSection], across: list[Chart]) -> str:
+    """One machine: its summary and charts. Several: a list of them, the charts across them
+    (`across`: the machines side by side), then a section each."""
     if len(machines) == 1:
         (only,) = machines
         parts = [only.summary] + [_chart_html(chart, "h2") for chart in only.charts]
@@ -80,7 +81,8 @@ def _body_html(machines: list[MachineSection]) -> str:
     )
     parts = [
         f"<p>The store holds {len(machines)} machine/backend pairs; each has its own ceilings, "
-        f"points and charts, never mixed.</p><ul class='machines'>{items}</ul>"
+        f"points and charts, never mixed.</p><ul class='machines'>{items}</ul>",
+        *(_chart_html(chart, "h2") for chart in across),
     ]
     for m in machines:
         charts = "".join(_chart_html(chart, "h3") for chart in m.charts) or (
@@ -147,12 +149,16 @@ EMPTY_HTML = (
 )
 
 
-def index_html(machines: list[MachineSection], specs: dict[str, dict]) -> str:
-    """The whole page: its title, the machines' summaries and charts, and each chart's spec."""
+def index_html(
+    machines: list[MachineSection], specs: dict[str, dict], across: list[Chart] = ()
+) -> str:
+    """The whole page: its title, the machines' summaries and charts (with several machines,
+    the charts `across` them first), and each chart's spec."""
     if not machines:
         title, body = "rooflab report", EMPTY_HTML
     elif len(machines) == 1:
-        title, body = f"rooflab report: {machines[0].title}", _body_html(machines)
+        title, body = f"rooflab report: {machines[0].title}", _body_html(machines, [])
     else:
-        title, body = f"rooflab report: {len(machines)} machines", _body_html(machines)
+        title = f"rooflab report: {len(machines)} machines"
+        body = _body_html(machines, list(across))
     return _page(title, body, specs)

@@ -187,3 +187,17 @@ def timeline_kernels(connection, scope) -> pd.DataFrame:
     order = ("scenario", "mode", "position")
     rows = read_view(connection, "latest_timeline_kernels", order_by=order, **_of(scope))
     return rows.drop(columns=["machine_id", "backend"])
+
+
+def history(connection, scope) -> pd.DataFrame:
+    """Every run of each point and ceiling of the machine (its value, noise band, commit and
+    date), in run order per key (`position` 1: the key's oldest run)."""
+    order = ("kind", "key", "position")
+    rows = read_view(connection, "history", order_by=order, **_of(scope))
+    return rows.drop(columns=["machine_id", "backend"])  # position is the run order: kept
+
+
+def comparisons(connection, scope) -> pd.DataFrame:
+    """Each key's newest run against the one before it: ratio, interval, verdict (slower, faster,
+    same, incomparable), what changed, and what it says."""
+    return _scoped(connection, "comparisons", scope, ("kind", "key"))

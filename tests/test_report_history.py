@@ -1,0 +1,422 @@
+"""The report's history of each measurement (views history, comparisons) and its machines side by
+side (report_scopes, ceiling_summary, latest_model_points), from stores of real runs.
+
+Machine A (this one): the quick ceilings run (conftest) and a copy of it whose DRAM ceiling is
+half as fast (its samples take twice as long); two real `rooflab measure gemm` runs and a copy of
+the second in which one configuration is twice as slow, one twice as fast and one key is marked
+disturbed, under a known commit. Machine B ("node-b", test_report's second node): a copy of the
+ceilings run ten times slower and of the first GEMM run, one run each. A second store holds A's
+first runs only: one run per key, one machine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from rooflab.records import read_run
+from rooflab.report import build_report
+from rooflab.report.history_charts import changes_html
+from rooflab.roofline import build_analysis, write_analysis
+from rooflab.store import ingest, query
+from rooflab.units import format_quantity
+from tests.conftest import run_rooflab
+from tests.test_report import NODE_B, _copy_run
+
+FAST_CONFIG = """\
+backend: cpu
+timing:
+  warmup_s: 0.01
+  warmup_min_calls: 1
+  min_time_s: 0.02
+  min_samples: 3
+  max_samples: 20
+disturbance:
+  max_other_cpus: 1000000.0
+  max_steal_fraction: 1.0
+sweeps:
+  fast:
+    m: [1, 8, 32]
+    n: [64]
+    k: [64]
+    dtypes: [fp64]
+    layouts: [nn]
+    cache_states: [warm, cold]
+"""
+KNOWN_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _measure_gemm(root: Path) -> Path:
+    runs = root / "results" / "sweeps" / "fast" / "runs"
+    before = set(runs.iterdir()) if runs.exists() else set()
+    result = run_rooflab(
+        "measure", "gemm", "--config", "fast.yaml", "--sweep", "fast", "--out", runs, cwd=root
+    )
+    assert result.returncode == 0, result.stderr
+    (new,) = set(runs.iterdir()) - before
+    return new
+
+
+def _store(results: Path) -> Path:
+    """The roofline step and ingest, as the workflow runs them."""
+    ceilings = sorted((results / "ceilings" / "runs").iterdir())
+    sweeps = sorted((results / "sweeps" / "fast" / "runs").iterdir())
+    write_analysis(build_analysis(ceilings, sweeps), results / "roofline")
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    return db
+
+
+def _scale(tables, config_ids, factor: float) -> None:
+    """Every time of these configurations `factor` times as long (a ceiling: its rate divided)."""
+    for row in tables.get("gemm_points", []) + tables.get("samples", []):
+        if row["config_id"] in config_ids:
+            for key in ("median_s", "p25_s", "p75_s", "seconds"):
+                if row.get(key) is not None:
+                    row[key] *= factor
+    for row in tables.get("ceilings", []):
+        if row["config_id"] in config_ids:
+            row["value"] /= factor
+
+
+def _undisturbed(tables):
+    """Every window of a ceilings run counted: the comparison of its DRAM ceiling between two
+    runs then has all of its samples, however busy this machine was when it measured them."""
+    for row in tables["samples"]:
+        row["disturbed"] = False
+    return tables
+
+
+def _started(run_dir: Path) -> dt.datetime:
+    return read_run(run_dir)["runs"].to_pylist()[0]["started_at"]
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, quick_ceilings_run):
+    root = tmp_path_factory.mktemp("history_report")
+    (root / "fast.yaml").write_text(FAST_CONFIG)
+    results = root / "results"
+    _, ceilings_run = quick_ceilings_run
+    started = _started(ceilings_run)
+    _copy_run(ceilings_run, results / "ceilings" / "runs", started, edit=_undisturbed)
+    first = _measure_gemm(root)
+
+    # one run per key, one machine: a store of its own
+    one = root / "one" / "results"
+    shutil.copytree(results, one)
+    one_db = _store(one)
+    one_report = build_report(one_db, one.parent / "report")
+
+    second = _measure_gemm(root)
+    points = read_run(second)["gemm_points"].to_pylist()
+    configs = sorted({row["config_id"] for row in points})
+    slower, same, faster = configs[0], configs[1], configs[-1]
+
+    def changed(tables):
+        _scale(tables, {slower}, 2.0)
+        _scale(tables, {faster}, 0.5)
+        for row in tables["gemm_points"]:
+            if (row["config_id"], row["cache_state"]) == (same, "warm"):
+                row["disturbed"] = True
+
+    later = _started(second) + dt.timedelta(hours=1)
+    known = {"git_commit": KNOWN_COMMIT, "git_dirty": False}
+    sweeps = results / "sweeps" / "fast" / "runs"
+    third = _copy_run(second, sweeps, later, runs=known, edit=changed)
+    ceilings = read_run(ceilings_run)["ceilings"].to_pylist()
+    (dram,) = [row["config_id"] for row in ceilings if row["name"] == "DRAM"]
+    _copy_run(
+        ceilings_run,
+        results / "ceilings" / "runs",
+        later + dt.timedelta(hours=1),
+        runs=known,
+        edit=lambda tables: _scale(_undisturbed(tables), {dram}, 2.0),
+    )
+    # node b: one run each, its ceilings ten times lower
+    node_b = later + dt.timedelta(days=1)
+    _copy_run(
+        ceilings_run,
+        results / "ceilings" / "runs",
+        node_b,
+        runs=NODE_B,
+        edit=lambda tables: _scale(tables, {row["config_id"] for row in ceilings}, 10.0),
+    )
+    _copy_run(first, sweeps, node_b, runs=NODE_B)
+    db = _store(results)
+    return {
+        "db": db,
+        "report": build_report(db, root / "report"),
+        "one_db": one_db,
+        "one_report": one_report,
+        "slower": [f"{slower} {state}" for state in ("warm", "cold")],
+        "faster": [f"{faster} {state}" for state in ("warm", "cold")],
+        "disturbed": f"{same} warm",
+        "dram": dram,
+        "third": third,
+    }
+
+
+def _units(spec: dict) -> list[dict]:
+    """Every unit spec (with a mark) inside layers and concatenations."""
+    if "mark" in spec:
+        return [spec]
+    found = []
+    for key in ("layer", "spec", "hconcat", "vconcat", "concat"):
+        child = spec.get(key)
+        for item in child if isinstance(child, list) else [child] if child else []:
+            found += _units(item)
+    return found
+
+
+def _rows(spec: dict, field: str) -> list[dict]:
+    return [row for rows in spec["datasets"].values() for row in rows if field in row]
+
+
+def _machine_a(db: Path) -> str:
+    (machine,) = query(db, "SELECT DISTINCT machine_id FROM runs WHERE host <> 'node-b'").column(
+        "machine_id"
+    )
+    return machine.as_py()
+
+
+class _Tables(HTMLParser):
+    """The page's tables of one class: [header, *rows] each, as cell texts."""
+
+    def __init__(self, css_class: str):
+        super().__init__()
+        self.css_class, self.tables, self.depth, self.cell = css_class, [], 0, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and self.css_class in (dict(attrs).get("class") or "").split():
+            self.tables.append([])
+            self.depth = 1
+        elif self.depth and tag == "tr":
+            self.tables[-1].append([])
+        elif self.depth and tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if self.depth and tag in ("td", "th"):
+            self.tables[-1][-1].append(self.cell.strip())
+            self.cell = None
+        elif self.depth and tag == "table":
+            self.depth = 0
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def _tables(page: str, css_class: str) -> list[list[list[str]]]:
+    parser = _Tables(css_class)
+    parser.feed(page)
+    return parser.tables
+
+
+def _history_spec(report) -> tuple[str, dict]:
+    (name,) = [name for name in report.charts if name.endswith("history")]
+    return name, report.specs[name]
+
+
+def test_history_draws_every_key_with_two_runs_over_its_first_run(stores):
+    name, spec = _history_spec(stores["report"])
+    assert not name.startswith(NODE_B["host"])  # B has one run per key: no history
+    view = query(
+        stores["db"],
+        "SELECT * FROM history WHERE machine_id = ? ORDER BY kind, key, position",
+        params=[_machine_a(stores["db"])],
+    ).to_pandas()
+    view["runs"] = view.groupby(["kind", "key"]).position.transform("max")
+    view = view[view.runs >= 2]
+    first = view[view.position == 1].set_index(["kind", "key"]).value
+    expected = {
+        (r.key, r.position): (r.value / first[(r.kind, r.key)], r.low / first[(r.kind, r.key)])
+        for r in view.itertuples()
+    }
+    drawn = _rows(spec, "ratio")
+    assert {(r["key"], r["position"]) for r in drawn} == set(expected)
+    for row in drawn:
+        ratio, low = expected[(row["key"], row["position"])]
+        assert row["ratio"] == pytest.approx(ratio) and row["y"] == row["ratio"]
+        assert row["x"] == row["position"]
+        if math.isnan(low):  # a ceiling none of whose windows were clean: no band
+            assert row["ratio_low"] is None
+        else:
+            assert row["ratio_low"] == pytest.approx(low)
+    by_key = {(r["key"], r["position"]): r for r in drawn}
+    # the changes made: 2x slower, 2x faster, the DRAM ceiling half as fast
+    for key in stores["slower"]:
+        assert by_key[(key, 3)]["ratio"] == pytest.approx(2 * by_key[(key, 2)]["ratio"])
+    for key in stores["faster"]:
+        assert by_key[(key, 3)]["ratio"] == pytest.approx(0.5 * by_key[(key, 2)]["ratio"])
+    (dram,) = {key for key, _ in by_key if key.startswith("bandwidth/DRAM/")}
+    assert by_key[(dram, 2)]["ratio"] == pytest.approx(0.5)
+    assert {r["panel"] for r in drawn} == {
+        "fast: median time",
+        "bandwidth ceilings: rate",
+        "compute ceilings: rate",
+    }
+    # one panel per sweep and kind of ceiling, its y axis a log ratio that says which way is worse
+    y_titles = {u["encoding"]["y"].get("title") for u in _units(spec) if "y" in u["encoding"]}
+    assert {"time / first run's (above 1: slower)", "rate / first run's (above 1: faster)"} <= (
+        y_titles
+    )
+    assert all(
+        u["encoding"]["y"]["scale"]["type"] == "log"
+        for u in _units(spec)
+        if u["encoding"]["y"].get("field") == "y"
+    )
+
+
+def test_history_tooltips_give_the_commit_and_date_and_disturbed_runs_are_ringed(stores):
+    _, spec = _history_spec(stores["report"])
+    drawn = _rows(spec, "ratio")
+    runs = query(stores["db"], "SELECT run_id, git_commit, git_dirty, started_at FROM runs")
+    runs = {r["run_id"]: r for r in runs.to_pylist()}
+    for row in drawn:
+        run = runs[row["run_id"]]
+        dirty = " (uncommitted changes)" if run["git_dirty"] else ""
+        assert row["commit"] == run["git_commit"][:7] + dirty
+        assert row["started"] == f"{run['started_at'].astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    third = [row for row in drawn if row["run_id"] == stores["third"]]
+    assert third and {row["commit"] for row in third} == {"0123456"}
+    tooltips = [
+        t["field"]
+        for u in _units(spec)
+        for t in u["encoding"].get("tooltip", [])
+        if u["mark"].get("filled")
+    ]
+    assert {"commit", "started", "value_text", "band_text", "key"} <= set(tooltips)
+    # the ring layer draws exactly the disturbed runs the view holds
+    view = query(
+        stores["db"],
+        "SELECT key, position FROM history WHERE machine_id = ? AND disturbed",
+        params=[_machine_a(stores["db"])],
+    ).to_pylist()
+    drawn_keys = {(r["key"], r["position"]) for r in drawn}
+    disturbed = {(r["key"], r["position"]) for r in view} & drawn_keys
+    assert (stores["disturbed"], 3) in disturbed
+    assert {(r["key"], r["position"]) for r in drawn if r["disturbed"]} == disturbed
+    rings = [u for u in _units(spec) if {"filter": "datum.disturbed"} in u.get("transform", [])]
+    assert rings and all(ring["encoding"]["stroke"]["field"] == "flag" for ring in rings)
+
+
+def test_the_keys_that_moved_are_listed_under_the_history(stores):
+    report = stores["report"]
+    name, _ = _history_spec(report)
+    page = report.index.read_text()
+    section = page.split(f"id='chart-{name}'", 1)[1].split("</section>", 1)[0]
+    (table,) = _tables(section, "comparisons")
+    header, *rows = table
+    assert header[:3] == ["measurement", "of", "verdict"]
+    listed = {row[0]: row[2] for row in rows}
+    view = query(
+        stores["db"],
+        "SELECT key, verdict, ratio FROM comparisons WHERE machine_id = ?",
+        params=[_machine_a(stores["db"])],
+    ).to_pylist()
+    assert listed == {r["key"]: r["verdict"] for r in view if r["verdict"] in ("slower", "faster")}
+    dram_key = next(key for key in listed if key.startswith("bandwidth/DRAM/"))
+    assert {key: listed[key] for key in [*stores["slower"], *stores["faster"], dram_key]} == {
+        **dict.fromkeys(stores["slower"], "slower"),
+        **dict.fromkeys(stores["faster"], "faster"),
+        dram_key: "slower",
+    }
+    # slower first, the ratio as the view has it
+    verdicts = [row[2] for row in rows]
+    assert verdicts == sorted(verdicts, key=lambda v: v != "slower")
+    ratios = {r["key"]: r["ratio"] for r in view}
+    assert all(row[3] == f"{ratios[row[0]]:.3g}×" for row in rows)
+    counts = {v: sum(r["verdict"] == v for r in view) for v in ("slower", "faster", "same")}
+    assert f"{counts['slower']} slower, {counts['faster']} faster, {counts['same']} same" in section
+
+
+def test_changes_say_when_nothing_moved_or_nothing_was_compared():
+    import pandas as pd
+
+    assert "No comparison yet" in changes_html(pd.DataFrame(columns=["key", "verdict"]))
+    same = pd.DataFrame({"key": ["a warm", "b cold"], "verdict": ["same", "incomparable"]})
+    said = changes_html(same)
+    assert "No measurement got slower or faster" in said and "<table" not in said
+    assert "0 slower, 0 faster, 1 same, 1 incomparable" in said
+
+
+def test_machines_side_by_side_share_their_axes_and_list_ceilings_by_machine(stores):
+    report, db = stores["report"], stores["db"]
+    assert report.charts[0] == "machines"
+    page = report.index.read_text()
+    assert page.index("id='chart-machines'") < page.index("<section class='machine'")
+    spec = report.specs["machines"]
+    assert spec["resolve"]["scale"] == {"x": "shared", "y": "shared", "color": "shared"}
+    # in the page's order of machines: report_scopes' position
+    scopes = query(
+        db, "SELECT machine_id, host, device_name FROM report_scopes ORDER BY position"
+    ).to_pylist()
+    titles = {s["machine_id"]: f"{s['host']} (cpu, {s['device_name']})" for s in scopes}
+    assert [panel["title"]["text"] for panel in spec["concat"]] == [
+        titles[s["machine_id"]] for s in scopes
+    ]
+    units = _units(spec)
+    domains = {axis: {str(u["encoding"][axis]["scale"]["domain"]) for u in units} for axis in "xy"}
+    assert len(domains["x"]) == 1 and len(domains["y"]) == 1  # every panel on the same axes
+    lines, points = _rows(spec, "roof"), _rows(spec, "config_id")
+    (x_lo, x_hi), (y_lo, y_hi) = (units[0]["encoding"][a]["scale"]["domain"] for a in "xy")
+    assert all(x_lo <= r["x"] <= x_hi and y_lo <= r["y"] <= y_hi for r in lines + points)
+    summary = query(db, "SELECT machine_id, kind, name, kernel, value FROM ceiling_summary")
+    summary = summary.to_pylist()
+    for machine_id, title in titles.items():
+        roofs = {r["name"]: r for r in summary if r["machine_id"] == machine_id}
+        drawn = [r for r in lines if r["machine"] == title]
+        # a bandwidth roof is y = B·x, a compute roof y = peak: both ends say the ceiling
+        assert {r["roof"] for r in drawn} == set(roofs)
+        for row in drawn:
+            roof = roofs[row["roof"]]
+            value = row["y"] / row["x"] if roof["kind"] == "bandwidth" else row["y"]
+            assert value == pytest.approx(roof["value"])
+        latest = query(
+            db,
+            "SELECT config_id, cache_state, achieved_flops_per_s FROM latest_model_points "
+            "WHERE machine_id = ?",
+            params=[machine_id],
+        ).to_pylist()
+        assert latest
+        assert {
+            (r["config_id"], r["cache_state"]): r["y"] for r in points if r["machine"] == title
+        } == (
+            pytest.approx(
+                {(r["config_id"], r["cache_state"]): r["achieved_flops_per_s"] for r in latest}
+            )
+        )
+    dram = {r["machine_id"]: r["value"] for r in summary if r["name"] == "DRAM"}
+    b = NODE_B["machine_id"]
+    (a,) = set(dram) - {b}
+    assert dram[b] != pytest.approx(dram[a])  # two machines, two roofs: not one drawn twice
+
+    (table,) = _tables(page, "machine-ceilings")
+    header, *rows = table
+    order = [s["machine_id"] for s in scopes]
+    assert header == ["ceiling", *(titles[m] for m in order)]
+    kinds = {"bandwidth": "byte_rate", "compute": "flop_rate"}
+    expected = {f"{r['kind']} {r['name']}": {} for r in summary}
+    for r in summary:
+        expected[f"{r['kind']} {r['name']}"][r["machine_id"]] = (
+            f"{format_quantity(r['value'], kinds[r['kind']], 4)} ({r['kernel']})"
+        )
+    assert {row[0] for row in rows} == set(expected)
+    for row in rows:
+        assert row[1:] == [expected[row[0]].get(m, "–") for m in order]
+
+
+def test_one_machine_and_one_run_per_key_get_neither_chart(stores):
+    report, db = stores["one_report"], stores["one_db"]
+    positions = query(db, "SELECT max(position) AS most FROM history").to_pylist()
+    assert positions == [{"most": 1}]  # the view has its rows: there is no second run to draw
+    assert "machines" not in report.charts
+    assert not [name for name in report.charts if name.endswith("history")]
+    assert "Machines side by side" not in report.index.read_text()
+    assert "roofline" in report.charts
