@@ -1,19 +1,21 @@
 """How often does `rooflab compare` cry wolf, and does it see a run slowed on purpose?
 
-    python benchmarks/compare_false_alarms.py [--runs 6] [--min-effect 0.05]
+    python benchmarks/compare_false_alarms.py [--runs 8] [--min-effect 0.05]
 
 Runs the same GEMM sweep (the default campaign's fp32 and fp64 weight reuse, M = 1 to 1024 at
 N = K = 1024, warm and cold, with the default campaign's timing) `--runs` times in a row on a
 quiet machine, each run ingested into a fresh store, and compares every run with the one before
 it at the default settings (`rooflab.store.comparisons.compare_runs`): every `slower` or `faster`
-among these identical reruns is a false alarm. Then one more run with as many busy-loop
+among these identical reruns is a false alarm. The pairs whose candidate has three earlier runs
+(`rooflab.comparison.MIN_HISTORY`: the key's run-to-run spread is known and raises the effect a
+verdict needs) are counted apart from the first pairs (the minimum effect alone). Then one more run with as many busy-loop
 processes as the machine has CPUs spinning through it (a neighbour taking the machine), compared
 with the last quiet run: each point it made slower by more than the minimum effect should read
 `slower` or be flagged `disturbed` (conditions_changed says so).
 
-Prints the verdicts per pair, the false-alarm rate and what the loaded run got. Run it with
-nothing else running: the quiet runs must be quiet. Exit status 1 when a quiet pair read
-`slower`.
+Prints the verdicts per pair, the false-alarm rates and what the loaded run got. Run it with
+nothing else running: the quiet runs must be quiet. Exit status 1 when a quiet pair with a known
+spread read `slower`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 from rooflab.backends.cpu import CpuBackend
+from rooflab.comparison import MIN_HISTORY
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
 from rooflab.records import write_run
@@ -76,9 +79,18 @@ def verdicts(db: Path, baseline: str, candidate: str, min_effect: float) -> list
         connection.close()
 
 
+def _line(row: dict) -> str:
+    nan = float("nan")
+    return (
+        f"{row['key']:<44} ratio {row['ratio'] or nan:.3f} [{row['ci_low'] or nan:.3f}, "
+        f"{row['ci_high'] or nan:.3f}] needs {row['effect'] or nan:.0%} {row['verdict']:<7} "
+        f"{row['conditions_changed'] or ''}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=6, help="identical quiet runs (default 6)")
+    parser.add_argument("--runs", type=int, default=8, help="identical quiet runs (default 8)")
     parser.add_argument("--min-effect", type=float, default=0.05)
     args = parser.parse_args()
     backend = CpuBackend()
@@ -90,24 +102,38 @@ def main() -> int:
             runs.append(one_run(backend, results, db))
             print(f"quiet run {index + 1}/{args.runs}: {runs[-1]}", flush=True)
         quiet_s = time.perf_counter() - started
+        # pairs whose candidate has MIN_HISTORY earlier runs (the run-to-run spread known), and
+        # the first pairs, judged on the minimum effect alone
         tally: collections.Counter = collections.Counter()
+        first: collections.Counter = collections.Counter()
+        alarms_here: list[dict] = []
         print("\npair                                              slower faster same incomparable")
         for baseline, candidate in itertools.pairwise(runs):
             rows = verdicts(db, baseline, candidate, args.min_effect)
             counts = collections.Counter(r["verdict"] for r in rows)
-            tally.update(counts)
+            earlier = runs.index(candidate)  # runs of each key before the candidate
+            (tally if earlier >= MIN_HISTORY else first).update(counts)
+            alarms_here.extend(r for r in rows if r["verdict"] in ("slower", "faster"))
             print(
                 f"{baseline} → {candidate[-8:]}  {counts['slower']:6} {counts['faster']:6} "
                 f"{counts['same']:4} {counts['incomparable']:12}"
             )
-        pairs = sum(tally.values())
-        alarms = tally["slower"] + tally["faster"]
+        for label, counts in (
+            (f"with >= {MIN_HISTORY} earlier runs", tally),
+            (f"with fewer than {MIN_HISTORY} earlier runs", first),
+        ):
+            pairs = sum(counts.values())
+            alarms = counts["slower"] + counts["faster"]
+            print(
+                f"quiet pairs {label}: {pairs} comparisons; slower {counts['slower']}, faster "
+                f"{counts['faster']}: false-alarm rate {alarms / max(pairs, 1):.2%}"
+            )
         print(
-            f"\nquiet reruns: {args.runs} runs of {pairs // max(args.runs - 1, 1)} points in "
-            f"{quiet_s:.0f} s; {pairs} comparisons; slower {tally['slower']}, faster "
-            f"{tally['faster']}: false-alarm rate {alarms / max(pairs, 1):.2%} at a minimum "
-            f"effect of {args.min_effect:.0%}"
+            f"({args.runs} quiet runs of {len(rows)} points in {quiet_s:.0f} s, minimum effect "
+            f"{args.min_effect:.0%})"
         )
+        for row in alarms_here:
+            print(f"  alarm: {_line(row)}")
         cpus = len(os.sched_getaffinity(0))
         with busy_loops(cpus):
             loaded = one_run(backend, results, db)
@@ -122,12 +148,8 @@ def main() -> int:
             f">= {1 + args.min_effect:.2f}x slower, {len(caught)} flagged"
         )
         for row in rows:
-            print(
-                f"  {row['key']:<36} ratio {row['ratio'] or float('nan'):.3f} "
-                f"[{row['ci_low'] or float('nan'):.3f}, {row['ci_high'] or float('nan'):.3f}] "
-                f"{row['verdict']:<7} {row['conditions_changed'] or ''}"
-            )
-    return 1 if tally["slower"] else 0
+            print(f"  {_line(row)}")
+    return 1 if tally["slower"] else 0  # a false slower once the key's spread is known
 
 
 if __name__ == "__main__":

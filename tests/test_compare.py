@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from rooflab.comparison import compare_samples, compare_summaries
+from rooflab.comparison import across_keys_effect, compare_samples, compare_summaries
 from rooflab.store.comparisons import _changed
 from tests.conftest import run_rooflab
 
@@ -153,3 +153,26 @@ def test_a_run_that_is_not_in_the_store_is_one_clear_error(store):
     result, _ = _compare(store, "--baseline", "20990101T000000Z-nothere")
     assert result.returncode == 2
     assert "--baseline 20990101T000000Z-nothere: no such run in" in result.stderr
+
+
+def test_a_key_whose_runs_differ_needs_more_than_the_minimum_effect():
+    rng = np.random.default_rng(11)
+    base = rng.lognormal(np.log(1e-3), 0.01, 300)
+    cand = rng.lognormal(np.log(1.1e-3), 0.01, 300)  # 10 % slower, tight samples
+    assert compare_samples(base, cand).verdict == "slower"
+    steady = [1e-3, 1.01e-3, 0.99e-3, 1e-3]  # earlier runs within 1 %: 10 % is beyond
+    assert compare_samples(base, cand, history=steady).verdict == "slower"
+    swinging = [1e-3, 1.2e-3, 0.85e-3, 1.1e-3]  # earlier runs 15 % apart: 10 % is not
+    judged = compare_samples(base, cand, history=swinging)
+    assert judged.verdict == "same" and judged.effect > 0.5
+    assert compare_samples(base, cand, history=swinging[:2]).effect == 0.05  # too few runs
+
+
+def test_keys_of_two_runs_that_spread_widely_raise_the_effect():
+    rng = np.random.default_rng(3)
+    wide = np.exp(rng.normal(0, 0.08, 40))  # identical reruns on a busy host: ±8 % per key
+    effect = across_keys_effect(wide)
+    assert 0.15 < effect < 0.35
+    uniform = np.exp(rng.normal(np.log(1.2), 0.005, 40))  # the whole run 20 % slower
+    assert across_keys_effect(uniform) < 0.02  # a run-wide move keeps its keys together
+    assert across_keys_effect(wide[:7]) is None  # too few keys to say

@@ -7,11 +7,18 @@ the ratio of their medians where one is a scaled copy of the other, with its dis
 confidence interval (order statistics of the pairwise differences at the Mann-Whitney
 quantiles), and the Mann-Whitney U test's p-value (scipy). The verdict:
 
-- `slower`: the whole interval lies at or above 1 + min_effect;
-- `faster`: the whole interval lies at or below 1 / (1 + min_effect);
-- `same`: anything else: noise alone, a change smaller than the minimum effect, or one the
-  samples cannot place beyond it. A run's samples vary less than runs do (a rerun lands on other
-  pages, another clock), so a change must clear the minimum effect with all of its interval.
+- `slower`: the whole interval lies at or above 1 + effect;
+- `faster`: the whole interval lies at or below 1 / (1 + effect);
+- `same`: anything else: noise alone, a change smaller than the effect, or one the samples
+  cannot place beyond it.
+
+The effect is `min_effect`, or more where runs differ more without cause: the key's own earlier
+runs (`run_to_run_effect`: a 99 % prediction bound of the difference of two runs from the spread
+of its earlier runs' medians, once there are three), and the other keys of the same two runs
+(`across_keys_effect`: a 99 % bound from how widely their ratios spread, with eight keys or
+more). A run's samples vary less than
+runs do (a rerun lands on other pages, another clock, other neighbours on a shared host), so the
+samples alone cannot say what a rerun would show.
 - `incomparable`: too few samples on a side to say anything.
 
 Where a run's raw samples were pruned (`rooflab store prune`), `compare_summaries` judges from
@@ -29,6 +36,9 @@ import numpy as np
 MIN_EFFECT = 0.05  # a change under 5 % is `same`, however significant
 CONFIDENCE = 0.95
 MIN_SAMPLES = 3  # per side, for a verdict from samples
+MIN_HISTORY = 3  # earlier runs of a key from which its run-to-run spread is estimated
+RUN_CONFIDENCE = 0.99  # of the run-to-run bounds
+MIN_KEYS = 8  # keys of one pair of runs from which their spread across keys is estimated
 MAX_SAMPLES = 2000  # per side: evenly thinned above it (the pairwise differences grow as n·m)
 VERDICTS = ("faster", "slower", "same", "incomparable")
 
@@ -44,6 +54,7 @@ class Compared:
     verdict: str
     method: str  # samples, summary
     note: str | None = None  # why incomparable
+    effect: float | None = None  # the change a verdict needed: min_effect or the runs' spread
 
 
 def _thinned(values: np.ndarray) -> np.ndarray:
@@ -60,11 +71,45 @@ def _verdict(low: float, high: float, min_effect: float) -> str:
     return "same"
 
 
+def run_to_run_effect(history, confidence: float = RUN_CONFIDENCE) -> float | None:
+    """The change two runs of a key show without cause, from the medians of its earlier runs
+    (at least MIN_HISTORY): the `confidence` bound of the difference of two runs' log medians,
+    t(n-1) · s · √2 with s their standard deviation (a prediction bound, wide while n is small);
+    None with fewer runs."""
+    from scipy import stats
+
+    logs = np.log([m for m in history if m and m > 0])
+    if logs.size < MIN_HISTORY:
+        return None
+    spread = float(np.std(logs, ddof=1))
+    return math.expm1(stats.t.ppf(0.5 + confidence / 2, logs.size - 1) * spread * math.sqrt(2))
+
+
+def across_keys_effect(ratios, confidence: float = RUN_CONFIDENCE) -> float | None:
+    """The change a key shows without cause between two runs, from how far the ratios of all
+    the keys of those two runs (candidate / baseline medians, at least MIN_KEYS) spread around
+    their own median: the `confidence` bound of a normal with their robust spread (1.4826 MAD
+    of the log ratios). A run-wide move (the whole machine slower) leaves the spread small;
+    identical reruns on a shared host spread widely. None with fewer keys."""
+    from scipy import stats
+
+    logs = np.log([r for r in ratios if r and r > 0])
+    if logs.size < MIN_KEYS:
+        return None
+    spread = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+    return math.expm1(stats.norm.ppf(0.5 + confidence / 2) * spread)
+
+
 def compare_samples(
-    baseline, candidate, min_effect: float = MIN_EFFECT, confidence: float = CONFIDENCE
+    baseline,
+    candidate,
+    min_effect: float = MIN_EFFECT,
+    confidence: float = CONFIDENCE,
+    history=(),
 ) -> Compared:
     """Two runs' sample times (s, or time per unit of work: any positive measure where more is
-    slower) compared as the module says."""
+    slower) compared as the module says; `history`: the medians of the key's earlier runs, whose
+    spread (run_to_run_effect) raises the minimum effect on a machine whose runs differ."""
     from scipy import stats
 
     if not 0 <= min_effect < 1 or not 0 < confidence < 1:
@@ -92,14 +137,16 @@ def compare_samples(
     ratio = math.exp(float(np.median(differences)))
     low, high = math.exp(differences[k]), math.exp(differences[differences.size - 1 - k])
     p_value = float(stats.mannwhitneyu(c, b, alternative="two-sided").pvalue)
-    verdict = _verdict(low, high, min_effect)
-    return Compared(*medians, ratio, low, high, p_value, verdict, "samples")
+    effect = max(min_effect, run_to_run_effect(history) or 0.0)
+    verdict = _verdict(low, high, effect)
+    return Compared(*medians, ratio, low, high, p_value, verdict, "samples", None, effect)
 
 
 def compare_summaries(
     baseline: tuple[float, float, float],
     candidate: tuple[float, float, float],
     min_effect: float = MIN_EFFECT,
+    history=(),
 ) -> Compared:
     """Two runs judged from (p25, median, p75) alone, where the samples are gone."""
     (b25, b50, b75), (c25, c50, c75) = baseline, candidate
@@ -107,6 +154,7 @@ def compare_summaries(
         return Compared(b50, c50, None, None, None, None, "incomparable", "summary", "no median")
     ratio = c50 / b50
     noise = max((b75 - b25) / b50, (c75 - c25) / c50, 0.0)
-    threshold = 1 + max(min_effect, noise)
+    effect = max(min_effect, noise, run_to_run_effect(history) or 0.0)
+    threshold = 1 + effect
     verdict = "slower" if ratio >= threshold else "faster" if ratio <= 1 / threshold else "same"
-    return Compared(b50, c50, ratio, None, None, None, verdict, "summary")
+    return Compared(b50, c50, ratio, None, None, None, verdict, "summary", None, effect)

@@ -8,8 +8,8 @@ without a network.
 
 Every machine and backend in the store gets its own section (summary and charts): ceilings are
 never drawn against another machine's points; with several, one chart puts their Rooflines side
-by side, each against its own roofs, on shared axes. With more than one machine, chart names (and file
-names) start with host, backend and machine id (`names.name_part`).
+by side, each against its own roofs, on shared axes. With more than one machine, chart names (and
+file names) start with host, backend and machine id (`names.name_part`).
 
 The modules, each depending only on those listed after it:
 

@@ -15,7 +15,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from rooflab.comparison import MIN_EFFECT, Compared, compare_samples, compare_summaries
+from rooflab.comparison import (
+    MIN_EFFECT,
+    Compared,
+    across_keys_effect,
+    compare_samples,
+    compare_summaries,
+)
 
 # Tables the store derives itself (not from a run folder): no run may hold one of these names.
 STORE_TABLES = ("run_comparisons",)
@@ -40,6 +46,7 @@ COLUMNS = (
     ("verdict", "VARCHAR"),
     ("method", "VARCHAR"),
     ("min_effect", "DOUBLE"),
+    ("effect", "DOUBLE"),
     ("conditions_changed", "VARCHAR"),
     ("note", "VARCHAR"),
 )
@@ -109,8 +116,10 @@ def _pairs(connection, baseline: str, candidate: str, machine: str | None) -> li
     names = ("machine_id", "backend", "kind", "key", "name", "config_id", "cache_state")
     names += ("run_id", "position", "value", "low", "high", "disturbed", "newest")
     by_key: dict[tuple, dict] = {}
+    every: dict[tuple, list[dict]] = {}
     for row in map(lambda r: dict(zip(names, r, strict=True)), rows):
         key = (row["machine_id"], row["backend"], row["kind"], row["key"])
+        every.setdefault(key, []).append(row)
         side = None
         if (baseline == "previous" and row["position"] == row["newest"] - 1) or baseline == row[
             "run_id"
@@ -139,6 +148,12 @@ def _pairs(connection, baseline: str, candidate: str, machine: str | None) -> li
                     "baseline": base["run_id"],
                     "candidate": cand["run_id"],
                     "rows": (base, cand),
+                    # the medians of the key's runs before the candidate: its run-to-run spread
+                    "history": [
+                        r["value"] if kind == "point" else 1 / r["value"]
+                        for r in every[(machine_id, backend, kind, key)]
+                        if r["position"] < cand["position"] and r["value"]
+                    ],
                 }
             )
     return pairs
@@ -189,6 +204,7 @@ def compare_runs(
     pairs = _pairs(connection, baseline, candidate, machine)
     samples = _samples(connection, pairs)
     runs = _runs(connection, [p[s] for p in pairs for s in ("baseline", "candidate")])
+    spread = _across_keys(pairs)
     out = []
     for pair in pairs:
         base_row, cand_row = pair["rows"]
@@ -197,7 +213,9 @@ def compare_runs(
             or samples.get((row["run_id"], row["config_id"], None))
             for row in (base_row, cand_row)
         ]
-        compared = _judge(pair["kind"], base_row, cand_row, sides, min_effect)
+        group = spread.get(_group(pair)) or 0.0
+        effect = max(min_effect, group)
+        compared = _judge(pair["kind"], base_row, cand_row, sides, effect, pair["history"])
         clocks = [side[1] if side else [] for side in sides]
         changed = _changed(
             runs[pair["baseline"]], runs[pair["candidate"]], base_row, cand_row, clocks
@@ -222,6 +240,7 @@ def compare_runs(
                 "verdict": compared.verdict,
                 "method": compared.method,
                 "min_effect": min_effect,
+                "effect": compared.effect,
                 "conditions_changed": "; ".join(changed) or None,
                 "note": compared.note,
             }
@@ -229,14 +248,34 @@ def compare_runs(
     return out
 
 
-def _judge(kind: str, base_row: dict, cand_row: dict, sides, min_effect: float) -> Compared:
-    """From the samples where both runs still have them, else from the summaries."""
+def _group(pair: dict) -> tuple:
+    return (pair["machine_id"], pair["backend"], pair["kind"], pair["baseline"], pair["candidate"])
+
+
+def _across_keys(pairs: list[dict]) -> dict[tuple, float | None]:
+    """Per machine, backend, kind and pair of runs: across_keys_effect of its keys' ratios."""
+    ratios: dict[tuple, list[float]] = {}
+    for pair in pairs:
+        base, cand = pair["rows"]
+        if base["value"] and cand["value"]:
+            ratio = cand["value"] / base["value"]  # a point's time, a ceiling's rate
+            ratios.setdefault(_group(pair), []).append(
+                ratio if pair["kind"] == "point" else 1 / ratio
+            )
+    return {group: across_keys_effect(values) for group, values in ratios.items()}
+
+
+def _judge(
+    kind: str, base_row: dict, cand_row: dict, sides, min_effect: float, history
+) -> Compared:
+    """From the samples where both runs still have them, else from the summaries; `history`:
+    the key's earlier runs' medians (s, or s per unit of work for a ceiling)."""
     if all(sides):
         # time per unit of work (a ceiling's windows differ in length), reported as the time of
         # the baseline's median amount (a point's: its call) at each run's rate
         amount = float(np.median(sides[0][2]))
         base, cand = (np.asarray(side[0]) * amount for side in sides)
-        return compare_samples(base, cand, min_effect)
+        return compare_samples(base, cand, min_effect, history=history)
     if kind == "point":
         summaries = [(r["low"], r["value"], r["high"]) for r in (base_row, cand_row)]
     else:  # a rate: the time per unit is its inverse, quartiles swapped
@@ -245,7 +284,7 @@ def _judge(kind: str, base_row: dict, cand_row: dict, sides, min_effect: float) 
             (1 / r["value"], 1 / r["value"], 1 / r["value"])
             for r in (base_row, cand_row)
         ]  # fmt: skip
-    return compare_summaries(*summaries, min_effect=min_effect)
+    return compare_summaries(*summaries, min_effect=min_effect, history=history)
 
 
 def refresh_comparisons(connection, min_effect: float = MIN_EFFECT) -> int:
