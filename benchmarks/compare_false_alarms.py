@@ -8,10 +8,10 @@ quiet machine, each run ingested into a fresh store, and compares every run with
 it at the default settings (`rooflab.store.comparisons.compare_runs`): every `slower` or `faster`
 among these identical reruns is a false alarm. The pairs whose candidate has three earlier runs
 (`rooflab.comparison.MIN_HISTORY`: the key's run-to-run spread is known and raises the effect a
-verdict needs) are counted apart from the first pairs (the minimum effect alone). Then one more run with as many busy-loop
-processes as the machine has CPUs spinning through it (a neighbour taking the machine), compared
-with the last quiet run: each point it made slower by more than the minimum effect should read
-`slower` or be flagged `disturbed` (conditions_changed says so).
+verdict needs) are counted apart from the first pairs (the minimum effect alone). Then one more
+run with as many busy-loop processes as the machine has CPUs spinning through it (a neighbour
+taking the machine), compared with the last quiet run: each point it made slower by more than
+the minimum effect should read `slower` or be flagged `disturbed` (conditions_changed says so).
 
 Prints the verdicts per pair, the false-alarm rates and what the loaded run got. Run it with
 nothing else running: the quiet runs must be quiet. Exit status 1 when a quiet pair with a known

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import rooflab.report.queries as queries
 from rooflab.report.axes import WIDTH
 from rooflab.report.disturbed_marks import DISTURBED_COLOR, DISTURBED_LABEL
-from rooflab.report.page import Chart
+from rooflab.report.page import Chart, table_html
 from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def changes_html(comparisons: pd.DataFrame) -> str:
             "<p class='comparisons'>No measurement got slower or faster beyond its noise in "
             "its newest run.</p>"
         )
-    return said + changes_table(moved).to_html(index=False, classes="comparisons", border=0)
+    return said + table_html(changes_table(moved), "comparisons")
 
 
 def changes_table(moved: pd.DataFrame) -> pd.DataFrame:

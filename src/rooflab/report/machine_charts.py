@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rooflab.report.axes import roof_geometry
-from rooflab.report.page import Chart
+from rooflab.report.page import Chart, table_html
 from rooflab.report.roofline_chart import (
     BANDWIDTH_LEVELS,
     FMA_PATHS,
@@ -68,7 +68,7 @@ def machines_chart(machines: list[MachineRoofs]) -> Chart | None:
     if len(machines) < 2 or all(m.ceilings.empty for m in machines):
         return None
     machines = _distinct_titles(machines)
-    table = ceilings_table(machines).to_html(index=False, classes="machine-ceilings", border=0)
+    table = table_html(ceilings_table(machines), "machine-ceilings")
     return Chart(
         CHART_NAME, "Machines side by side", MACHINES_HOW, machines_roofline(machines), table
     )

@@ -162,3 +162,16 @@ def index_html(
         title = f"rooflab report: {len(machines)} machines"
         body = _body_html(machines, list(across))
     return _page(title, body, specs)
+
+
+def table_html(frame, classes: str, float_format=None) -> str:
+    """A DataFrame as an HTML table, every header and text cell escaped quotes and all (pandas
+    escapes < > & only; a host or sweep name may hold anything)."""
+
+    def escaped(value):
+        return html.escape(value) if isinstance(value, str) else value
+
+    shown = frame.rename(columns=lambda column: html.escape(str(column))).map(escaped)
+    return shown.to_html(
+        index=False, classes=classes, border=0, escape=False, float_format=float_format
+    )

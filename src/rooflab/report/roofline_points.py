@@ -31,10 +31,11 @@ STAR = (
 )
 WORKLOAD_SIZE = 260
 WORKLOAD_LABEL_DYS = (0, -11, 11, -22, 22, -33, 33, -44, 44, -55, 55)
-# A workload's name is drawn only where it covers no roof label, crosses no roof nor a point's
-# guide and covers little of a point (labels.place_labels' cost); it may cross one of the grey
-# lines that join a pair (its white halo keeps it legible) where no place is clear of them.
-WORKLOAD_LABEL_MAX_COST = 200
+# A workload's name is drawn only where it covers no roof label, crosses no roof and covers
+# little of a point (labels.place_labels' cost); where no place is clear of them it may cross
+# one point's dotted guide (GUIDE_COST; left of the ridge a pointer chase's guide runs from far
+# below to its roof) or the grey lines that join a pair: its white halo keeps it legible.
+WORKLOAD_LABEL_MAX_COST = 2 * GUIDE_COST
 PAIR_LINE_COST = 150
 WORKLOAD_POINT_WEIGHT = 20  # a label over a star costs this per px² (over a GEMM's point: 1)
 PAIR_COLOUR = "#777"

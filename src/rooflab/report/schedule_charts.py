@@ -4,12 +4,13 @@ timeline scenario, one step per mode as a Gantt chart (report.timeline_charts)."
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
 from rooflab.report.axes import WIDTH
 from rooflab.report.names import name_part
-from rooflab.report.page import Chart
+from rooflab.report.page import Chart, table_html
 from rooflab.report.timeline_charts import HOW as TIMELINE_HOW
 from rooflab.report.timeline_charts import timeline_chart
 
@@ -95,10 +96,8 @@ def stage_overlap_table(row: pd.Series) -> str:
         "C": f"{row.compute_path} {row.peak_flops_per_s / 1e9:.4g} GFLOP/s",
         "B": f"{row.memory_level} {row.bandwidth_b_per_s / 1e9:.4g} GB/s",
     }
-    table = pd.DataFrame([shown]).to_html(
-        index=False, classes="stage-overlap", border=0, float_format=lambda v: f"{v:.4g}"
-    )
-    return f"<p>{row.says}</p>" + table
+    table = table_html(pd.DataFrame([shown]), "stage-overlap", float_format=lambda v: f"{v:.4g}")
+    return f"<p>{html.escape(row.says)}</p>" + table
 
 
 def schedule_charts(connection, scope) -> list[Chart]:
@@ -137,7 +136,7 @@ def schedule_charts(connection, scope) -> list[Chart]:
 def timeline_notes(steps: pd.DataFrame) -> str:
     """Each mode in a sentence (view timeline_modes' `says`: its step, busy time, gap share and
     how far the step is from its Roofline bound), and the bound's C and B."""
-    items = "".join(f"<li>{says}</li>" for says in steps.says)
+    items = "".join(f"<li>{html.escape(says)}</li>" for says in steps.says)
     first = steps.iloc[0]
     bound = ""
     if first.bound_s == first.bound_s:  # not NaN: the machine has the ceilings to bound it

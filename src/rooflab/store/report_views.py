@@ -326,14 +326,12 @@ REPORT_VIEWS_SQL = {
                 ORDER BY r.started_at DESC, g.run_id DESC
             ) = 1
         ),
-        taken AS (
-            SELECT s.run_id, s.config_id, s.cache_state, s.seconds,
-                   coalesce(s.disturbed, false) AS sample_disturbed,
-                   count(*) FILTER (WHERE coalesce(s.disturbed, false)) OVER point
-                       AS n_disturbed_samples,
-                   count(*) FILTER (WHERE NOT coalesce(s.disturbed, false)) OVER point AS n_clean
+        counted AS (  -- per point, its disturbed and clean samples (a group, not a window)
+            SELECT s.run_id, s.config_id, s.cache_state,
+                   count(*) FILTER (WHERE coalesce(s.disturbed, false)) AS n_disturbed_samples,
+                   count(*) FILTER (WHERE NOT coalesce(s.disturbed, false)) AS n_clean
             FROM samples AS s JOIN latest USING (run_id, config_id, cache_state)
-            WINDOW point AS (PARTITION BY s.run_id, s.config_id, s.cache_state)
+            GROUP BY ALL
         )
         SELECT l.machine_id, l.backend, s.config_id || ' · ' || s.cache_state AS label,
                count(*) AS n,
@@ -342,15 +340,17 @@ REPORT_VIEWS_SQL = {
                max(s.seconds) AS max_s,
                CASE WHEN any_value(l.disturbed) THEN 'disturbed'
                     WHEN any_value(l.noisy) THEN 'noisy' ELSE 'steady' END AS spread,
-               CASE WHEN any_value(s.n_clean) = 0 THEN 0
-                    ELSE any_value(s.n_disturbed_samples) END AS n_left_out,
+               CASE WHEN any_value(c.n_clean) = 0 THEN 0
+                    ELSE any_value(c.n_disturbed_samples) END AS n_left_out,
                any_value(l.disturbance) AS disturbance,
                row_number() OVER (
                    PARTITION BY l.machine_id, l.backend
                    ORDER BY l.sweep, l.dtype, l.layout, l.n, l.k, l.m, s.cache_state
                ) AS position
-        FROM taken AS s JOIN latest AS l USING (run_id, config_id, cache_state)
-        WHERE NOT s.sample_disturbed OR s.n_clean = 0
+        FROM samples AS s
+        JOIN latest AS l USING (run_id, config_id, cache_state)
+        JOIN counted AS c USING (run_id, config_id, cache_state)
+        WHERE NOT coalesce(s.disturbed, false) OR c.n_clean = 0
         GROUP BY l.machine_id, l.backend, s.config_id, s.cache_state, l.sweep, l.dtype,
                  l.layout, l.n, l.k, l.m
     """,
