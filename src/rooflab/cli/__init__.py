@@ -115,38 +115,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="measurable stage scenarios, serial and overlapped, beside their bounds",
     )
     stages.add_argument(
-        "--scenario", action="append", help="a measurable scenario of the config (default: all)"
-    )
-    stages.add_argument(
-        "--config",
-        help="campaign config (default: config/config.yaml, or config/gpu.yaml with cuda)",
-    )
-    stages.add_argument(
         "--ceilings", help="a ceilings run folder of this machine (default: measure quick ones)"
     )
-    stages.add_argument(
-        "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
-    )
-    stages.add_argument("--out", help="folder for the runs' Parquet files (default: none kept)")
-    add_format(stages)
-    stages.set_defaults(handler=cmd_measure_stages)
     timeline = measure_commands.add_parser(
         "timeline",
         help="a decode-like step per mode (eager, graph, fused): launch gaps against busy time",
     )
-    timeline.add_argument(
-        "--scenario", action="append", help="a timeline scenario of the config (default: all)"
-    )
-    timeline.add_argument(
-        "--config",
-        help="campaign config (default: config/config.yaml, or config/gpu.yaml with cuda)",
-    )
-    timeline.add_argument(
-        "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
-    )
-    timeline.add_argument("--out", help="folder for the runs' Parquet files (default: none kept)")
-    add_format(timeline)
-    timeline.set_defaults(handler=cmd_measure_timeline)
+    for command, what, handler in (
+        (stages, "a measurable stages scenario", cmd_measure_stages),
+        (timeline, "a timeline scenario", cmd_measure_timeline),
+    ):
+        command.add_argument(
+            "--scenario", action="append", help=f"{what} of the config (default: all)"
+        )
+        command.add_argument(
+            "--config",
+            help="campaign config (default: config/config.yaml, or config/gpu.yaml with cuda)",
+        )
+        command.add_argument(
+            "--backend", choices=("auto", "cpu", "cuda"), help="overrides the config's backend"
+        )
+        command.add_argument(
+            "--out", help="folder for the runs' Parquet files (default: none kept)"
+        )
+        add_format(command)
+        command.set_defaults(handler=handler)
     workload = measure_commands.add_parser(
         "workload", help="your own kernel: a rooflab.Workload factory (docs/workloads.md)"
     )

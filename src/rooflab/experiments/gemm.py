@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rooflab.backends.base import Backend, BackendError
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import conditions_row, quiet_check, run_row, timed_point
+from rooflab.experiments.runs import close_run, conditions_row, quiet_check, timed_point
 from rooflab.experiments.timing import TimingSettings
 from rooflab.model import gemm_ledger, tensor_bytes
 from rooflab.progress import Progress
@@ -153,22 +153,12 @@ def _run_gemm_sweep(
                 _time_config(
                     backend, config, operands, sweep, timing, run_id, tables, progress, threads
                 )
-    tables["conditions"].append(conditions_row(backend, run_id, "after"))
     settings = {"sweep": sweep, "timing": timing.record() if timing else None}
     kind = "correctness" if timing is None else "gemm"
-    tables["runs"] = [
-        run_row(
-            backend,
-            run_id=run_id,
-            kind=kind,
-            sweep=name,
-            started_at=started,
-            ended_at=utc_now(),
-            settings=settings,
-            quiet=quiet,
-        )
-    ]
-    return tables
+    return close_run(
+        backend, tables, run_id=run_id, kind=kind, name=name, started_at=started,
+        settings=settings, quiet=quiet,
+    )  # fmt: skip
 
 
 def _check_config(backend, config, operands, run_id, seed, tables) -> bool:

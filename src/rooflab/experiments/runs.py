@@ -14,7 +14,7 @@ from rooflab.conditions.disturbance import (
 )
 from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.timing import measure, sample_rows
-from rooflab.records import SCHEMA_VERSION, git_state, stable_hash
+from rooflab.records import SCHEMA_VERSION, git_state, stable_hash, utc_now
 from rooflab.vocabulary import CacheState
 
 
@@ -52,6 +52,34 @@ def run_row(
         "settings": json.dumps(settings, sort_keys=True, default=str),
         **(quiet.columns() if quiet else {}),
     }
+
+
+def close_run(
+    backend: Backend,
+    tables: dict,
+    *,
+    run_id: str,
+    kind: str,
+    name: str,
+    started_at,
+    settings: dict,
+    quiet: QuietCheck | None = None,
+) -> dict:
+    """A measuring run's last rows: the conditions after it, and its `runs` row; `tables`."""
+    tables["conditions"].append(conditions_row(backend, run_id, "after"))
+    tables["runs"] = [
+        run_row(
+            backend,
+            run_id=run_id,
+            kind=kind,
+            sweep=name,
+            started_at=started_at,
+            ended_at=utc_now(),
+            settings=settings,
+            quiet=quiet,
+        )
+    ]
+    return tables
 
 
 def quiet_check(backend: Backend, settings: DisturbanceSettings, label: str) -> QuietCheck:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from rooflab.backends.base import Backend
 from rooflab.config import stages_from_config
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import conditions_row, quiet_check, run_row
+from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, sample_rows
 from rooflab.model import Stage, stage_bounds
 from rooflab.progress import Progress
@@ -320,21 +320,11 @@ def _measure(backend, name, spec, timing, stages, lanes, progress, ceilings, run
                 **measured.verdict.columns(),
             }
         )
-    tables["conditions"].append(conditions_row(backend, run_id, "after"))
     settings = {"stages": dict(spec), "timing": timing.record(), "ceilings_run_id": ceilings_run_id}
-    tables["runs"] = [
-        run_row(
-            backend,
-            run_id=run_id,
-            kind="stages",
-            sweep=name,
-            started_at=started,
-            ended_at=utc_now(),
-            settings=settings,
-            quiet=quiet,
-        )
-    ]
-    return tables
+    return close_run(
+        backend, tables, run_id=run_id, kind="stages", name=name, started_at=started,
+        settings=settings, quiet=quiet,
+    )  # fmt: skip
 
 
 def _dependency_order(bounds):

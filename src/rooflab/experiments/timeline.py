@@ -55,7 +55,7 @@ from rooflab.conditions.disturbance import add_gpu_processes
 from rooflab.experiments import timeline_kernels
 from rooflab.experiments.correctness import UNIT_ROUNDOFF
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
+from rooflab.experiments.runs import close_run, conditions_row, during_rows, quiet_check
 from rooflab.experiments.timeline_kernels import Buffers, EventTimeline, Op
 from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, sample_rows
 from rooflab.progress import Progress
@@ -178,21 +178,11 @@ def _run(backend, name, spec, timing, progress, run_id) -> dict:
             tables["timeline_steps"].append(
                 step_row | {"busy_s": busy_s, "gap_s": gap_s, "busy_method": method}
             )
-    tables["conditions"].append(conditions_row(backend, run_id, "after"))
     settings = {"timeline": spec, "timing": timing.record()}
-    tables["runs"] = [
-        run_row(
-            backend,
-            run_id=run_id,
-            kind="timeline",
-            sweep=name,
-            started_at=started,
-            ended_at=utc_now(),
-            settings=settings,
-            quiet=quiet,
-        )
-    ]
-    return tables
+    return close_run(
+        backend, tables, run_id=run_id, kind="timeline", name=name, started_at=started,
+        settings=settings, quiet=quiet,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

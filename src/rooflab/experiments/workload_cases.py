@@ -16,7 +16,7 @@ import numpy as np
 
 from rooflab.backends.base import Backend
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import conditions_row, quiet_check, run_row, timed_point
+from rooflab.experiments.runs import close_run, conditions_row, quiet_check, timed_point
 from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
@@ -114,21 +114,11 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
                     )
                     | {"threads": threads}
                 )
-    tables["conditions"].append(conditions_row(backend, run_id, "after"))
     settings = {"workload": dict(spec), "timing": timing.record()}
-    tables["runs"] = [
-        run_row(
-            backend,
-            run_id=run_id,
-            kind="workload",
-            sweep=name,
-            started_at=started,
-            ended_at=utc_now(),
-            settings=settings,
-            quiet=quiet,
-        )
-    ]
-    return tables
+    return close_run(
+        backend, tables, run_id=run_id, kind="workload", name=name, started_at=started,
+        settings=settings, quiet=quiet,
+    )  # fmt: skip
 
 
 def _check(backend: Backend, case: Case, workload: Workload, run_id: str, tables) -> bool:
