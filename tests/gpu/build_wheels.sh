@@ -5,7 +5,9 @@
 #
 # The GPU machine already has Python 3.12, numpy, numba, pandas, pyarrow, cupy-cuda13x and
 # nvidia-ml-py; those are left out, and so is PuLP (16 MB of solver binaries that only Snakemake's
-# ILP scheduler uses; the check runs --scheduler greedy). Wheels are built by a Python 3.12 here so
+# ILP scheduler uses; the check runs --scheduler greedy), and SciPy (about 35 MB: only `rooflab
+# compare` and the store's comparisons of a key's two runs import it, and the check's fresh store
+# holds one run per key, so nothing is compared). Wheels are built by a Python 3.12 here so
 # binary wheels match the GPU machine's interpreter; sdist-only packages (connection_pool) become
 # pure-Python wheels.
 #
@@ -20,7 +22,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 ARCHIVE=${1:-$REPO/build/wheels.tar.xz}
 PYTHON=${PYTHON:-python3.12}
 LIMIT_MIB=64
-LEAVE_OUT='^(numpy|numba|llvmlite|pandas|pyarrow|cupy.*|nvidia-ml-py|pulp)$'
+LEAVE_OUT='^(numpy|numba|llvmlite|pandas|pyarrow|cupy.*|nvidia-ml-py|pulp|scipy)$'
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
     echo "build_wheels: need a Python 3.12 (the GPU machine's); set PYTHON=/path/to/python3.12" >&2
