@@ -34,8 +34,9 @@ timing:
   warmup_s: 0.01
   warmup_min_calls: 1
   min_time_s: 0.02
-  min_samples: 3
-  max_samples: 20
+  # enough samples that a cold tiny GEMM's 2x change clears its interval (3 left it in doubt)
+  min_samples: 20
+  max_samples: 40
 disturbance:
   max_other_cpus: 1000000.0
   max_steal_fraction: 1.0

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import duckdb
 import pytest
@@ -72,3 +73,20 @@ def test_the_store_and_the_report_show_each_mode(measured, tmp_path):
     page = (report / "index.html").read_text()
     assert "Step timeline: small" in page and (report / "timeline_small.png").is_file()
     assert "eager: " in page and " per step in 16 kernels" in page
+
+
+def test_timeline_modes_have_a_history_and_are_compared(measured, tmp_path):
+    """A second run of the same scenario: each mode a key of `history` and of `rooflab compare`
+    (the measured stages' schedules are keys the same way)."""
+    folder, _, _ = measured
+    runs = tmp_path / "runs"
+    shutil.copytree(folder / "runs", runs)
+    again = run_rooflab("measure", "timeline", "--config", folder / "c.yaml", "--out", runs)
+    assert again.returncode == 0, again.stderr
+    db = tmp_path / "store.duckdb"
+    assert run_rooflab("store", "ingest", "--db", db, "--results", runs).returncode == 0
+    compared = run_rooflab("compare", "--db", db, "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    keys = {row["key"]: row for row in json.loads(compared.stdout)}
+    assert set(keys) == {"small/eager warm", "small/fused warm"}
+    assert all(row["method"] == "samples" and row["verdict"] for row in keys.values())

@@ -2,10 +2,15 @@
 ceiling in time order, and the newest run against the one before it. Each comment says what one
 row is."""
 
-# Every timed point (a GEMM configuration's or a workload case's) and every ceiling, per run:
+from rooflab.vocabulary import CacheState
+
+WARM = CacheState.WARM
+
+# Every timed point (a GEMM configuration's, a workload case's; a measured stage's or schedule's
+# and a timeline mode's step, whose samples are all warm) and every ceiling, per run:
 # `value` in `unit` (s for a point: the median; B/s or FLOP/s for a ceiling) with its noise band
 # `low`..`high` (a point's p25..p75; a ceiling's windows' p25..p75 rate).
-_MEASURED = """
+_MEASURED = f"""
     SELECT 'point' AS kind, run_id, config_id, cache_state, sweep AS name,
            config_id || ' ' || cache_state AS key, median_s AS value, p25_s AS low,
            p75_s AS high, 's' AS unit, n_samples, coalesce(disturbed, false) AS disturbed
@@ -14,6 +19,18 @@ _MEASURED = """
           UNION ALL BY NAME
           SELECT run_id, config_id, cache_state, sweep, median_s, p25_s, p75_s, n_samples,
                  disturbed FROM workload_points)
+    UNION ALL BY NAME
+    SELECT 'point' AS kind, run_id, config_id, '{WARM}' AS cache_state, scenario AS name,
+           config_id || ' {WARM}' AS key, median_s AS value, p25_s AS low, p75_s AS high,
+           's' AS unit, n_samples, coalesce(disturbed, false) AS disturbed
+    FROM (SELECT run_id, config_id, scenario, median_s, p25_s, p75_s, n_samples, disturbed
+          FROM stage_timings
+          UNION ALL BY NAME
+          SELECT run_id, config_id, scenario, median_s, p25_s, p75_s, n_samples, disturbed
+          FROM stage_schedules
+          UNION ALL BY NAME
+          SELECT run_id, config_id, scenario, median_s, p25_s, p75_s, n_samples, disturbed
+          FROM timeline_steps)
     UNION ALL BY NAME
     SELECT 'ceiling' AS kind, c.run_id, c.config_id, c.cache_state, c.name,
            c.kind || '/' || c.name || '/' || c.kernel AS key, c.value, w.low, w.high, c.unit,
