@@ -205,3 +205,12 @@ def test_cli_measure_stages_prints_the_contract(quick_ceilings_run, tmp_path):
     )
     assert refused.returncode == 2
     assert "no measurable scenario nope in the config; measurable: two" in refused.stderr
+
+
+def test_ceilings_without_the_scenarios_roofs_are_one_clear_error():
+    from rooflab.experiments.stage_overlap import scenario_ceilings
+
+    machine = {"run_id": "c1", "peak": {"fp64_fma": C}, "bandwidth": {"DRAM": B}}
+    assert scenario_ceilings("two", SCENARIO, machine) == (C, B)
+    with pytest.raises(StageOverlapError, match=r"stages\.two: the ceilings run c1 has no DRAM"):
+        scenario_ceilings("two", SCENARIO, {**machine, "bandwidth": {"L2": B}})

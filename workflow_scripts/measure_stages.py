@@ -2,13 +2,16 @@
 this machine's ceilings run."""
 
 import json
-import sys
 
 from rooflab.backends.selection import select_backend
-from rooflab.experiments.stage_overlap import StageOverlapError, run_stage_overlap
+from rooflab.experiments.stage_overlap import (
+    StageOverlapError,
+    run_stage_overlap,
+    scenario_ceilings,
+)
 from rooflab.experiments.timing import TimingSettings
 from rooflab.roofline import latest_ceilings_by_machine
-from rooflab.workflow import keep_run, log_to, read_receipt, ready_to_keep
+from rooflab.workflow import fails_in_one_line, keep_run, log_to, read_receipt, ready_to_keep
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
@@ -18,13 +21,8 @@ timing = TimingSettings.from_config(
 )
 ceilings_run = read_receipt(snakemake.input.ceilings)["run_dir"]
 (machine,) = latest_ceilings_by_machine([ceilings_run]).values()
-peak = machine["peak"].get(spec["compute_path"])
-bandwidth = machine["bandwidth"].get(spec["memory_level"])
-if peak is None or bandwidth is None:
-    missing = spec["compute_path"] if peak is None else spec["memory_level"]
-    log.error("stages.%s: the ceilings run %s has no %s ceiling", name, machine["run_id"], missing)
-    sys.exit(1)
-try:
+with fails_in_one_line(log, StageOverlapError):
+    peak, bandwidth = scenario_ceilings(name, spec, machine)
     tables = run_stage_overlap(
         select_backend(snakemake.params.backend),
         name,
@@ -34,9 +32,6 @@ try:
         bandwidth_b_per_s=bandwidth,
         ceilings_run_id=machine["run_id"],
     )
-except StageOverlapError as error:
-    log.error("stages.%s: %s", name, error)
-    sys.exit(1)
 for row in [*tables["stage_timings"], *tables["stage_schedules"]]:
     if row["beats_bound"]:
         log.warning(

@@ -1,12 +1,11 @@
 """Rule time_timeline: one timeline scenario, a decode-like step timed per mode."""
 
 import json
-import sys
 
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.timeline import TimelineError, run_timeline
 from rooflab.experiments.timing import TimingSettings
-from rooflab.workflow import keep_run, log_to, ready_to_keep
+from rooflab.workflow import fails_in_one_line, keep_run, log_to, ready_to_keep
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
@@ -14,11 +13,8 @@ name, spec = snakemake.wildcards.timeline, json.loads(snakemake.params.timeline)
 timing = TimingSettings.from_config(
     json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
 )
-try:
+with fails_in_one_line(log, TimelineError):  # one line naming the scenario (and the mode)
     tables = run_timeline(select_backend(snakemake.params.backend), name, spec, timing)
-except TimelineError as error:
-    log.error("%s", error)  # one line naming the scenario (and the mode); nothing is kept
-    sys.exit(1)
 for row in tables["timeline_steps"]:
     log.info(
         "%s: %.4g s per step, %s s busy in %d kernels", row["mode"], row["step_s"],

@@ -1,12 +1,11 @@
 """Rule time_workload: check and time every case of one of your own kernels (rooflab.Workload)."""
 
 import json
-import sys
 
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.timing import TimingSettings
 from rooflab.experiments.workload_cases import run_workload
-from rooflab.workflow import keep_run, log_to, ready_to_keep
+from rooflab.workflow import fails_in_one_line, keep_run, log_to, ready_to_keep
 from rooflab.workloads import WorkloadError
 
 log = log_to(snakemake.log[0])
@@ -15,11 +14,8 @@ name, spec = snakemake.wildcards.workload, json.loads(snakemake.params.workload)
 timing = TimingSettings.from_config(
     json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
 )
-try:
+with fails_in_one_line(log, WorkloadError):  # one line naming the workload and the case
     tables = run_workload(select_backend(snakemake.params.backend), name, spec, timing)
-except WorkloadError as error:
-    log.error("%s", error)  # one line naming the workload and the case; nothing is kept
-    sys.exit(1)
 failed = sorted(row["config_id"] for row in tables["correctness"] if not row["passed"])
 for config_id in failed:
     log.warning("%s failed its check; it was not timed", config_id)

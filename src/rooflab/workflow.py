@@ -9,11 +9,12 @@ run folder and a new receipt; earlier runs stay on disk and in the store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from rooflab import progress
@@ -55,6 +56,17 @@ def ready_to_keep(receipt_path: str | os.PathLike) -> Path:
     """The folder a job keeps its run in, beside its receipt, checked writable before the job
     measures: a finished measurement is never lost to a folder it cannot be written to."""
     return check_writable(Path(receipt_path).parent / "runs")
+
+
+@contextlib.contextmanager
+def fails_in_one_line(log, *errors: type[Exception]) -> Iterator[None]:
+    """A job whose input cannot be measured (`errors`: the engine's error for bad input) fails
+    with the error's one line in its log, no traceback, exit status 1 and nothing kept."""
+    try:
+        yield
+    except errors as error:
+        log.error("%s", error)
+        sys.exit(1)
 
 
 def keep_run(tables: dict[str, list[dict]], receipt_path: str | os.PathLike, **extra) -> dict:

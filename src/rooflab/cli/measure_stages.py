@@ -58,7 +58,11 @@ def _ceilings(args, backend, config) -> tuple[dict, str | None]:
 
 def cmd_measure_stages(args) -> None:
     from rooflab.backends.selection import select_backend
-    from rooflab.experiments.stage_overlap import run_stage_overlap
+    from rooflab.experiments.stage_overlap import (
+        StageOverlapError,
+        run_stage_overlap,
+        scenario_ceilings,
+    )
     from rooflab.experiments.timing import TimingSettings
     from rooflab.records import check_writable, write_run
 
@@ -80,13 +84,10 @@ def cmd_measure_stages(args) -> None:
     rows = []
     for name in names:
         spec = measurable[name]
-        peak = machine["peak"].get(spec["compute_path"])
-        bandwidth = machine["bandwidth"].get(spec["memory_level"])
-        if peak is None or bandwidth is None:
-            missing = spec["compute_path"] if peak is None else spec["memory_level"]
-            raise UsageError(
-                f"stages.{name}: the ceilings run {machine['run_id']} has no {missing}"
-            )
+        try:
+            peak, bandwidth = scenario_ceilings(name, spec, machine)
+        except StageOverlapError as error:
+            raise UsageError(str(error)) from None
         tables = run_stage_overlap(
             backend,
             name,

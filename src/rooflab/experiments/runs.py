@@ -139,11 +139,7 @@ def timed_point(
     cold = cache_state == CacheState.COLD
     return {
         "cache_state": cache_state,
-        "n_samples": summary.n_samples,
-        "median_s": summary.median_s,
-        "p25_s": summary.p25_s,
-        "p75_s": summary.p75_s,
-        "min_s": summary.min_s,
+        **summary.columns(),
         "achieved_flops_per_s": flops / summary.median_s,
         "noisy": summary.noisy,
         "flush_method": backend.flush_method if cold else None,

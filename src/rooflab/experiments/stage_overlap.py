@@ -180,6 +180,20 @@ def sized_stages(
     ]
 
 
+def scenario_ceilings(name: str, spec: Mapping, machine: Mapping) -> tuple[float, float]:
+    """(C, B) of a measurable scenario from a machine's measured ceilings (roofline's
+    latest_ceilings_by_machine entry: run_id, peak, bandwidth): its compute path's peak and its
+    memory level's bandwidth; StageOverlapError naming what the ceilings run lacks."""
+    peak = machine["peak"].get(spec["compute_path"])
+    bandwidth = machine["bandwidth"].get(spec["memory_level"])
+    if peak is None or bandwidth is None:
+        missing = spec["compute_path"] if peak is None else spec["memory_level"]
+        raise StageOverlapError(
+            f"stages.{name}: the ceilings run {machine['run_id']} has no {missing} ceiling"
+        )
+    return peak, bandwidth
+
+
 def run_stage_overlap(
     backend: Backend,
     name: str,
@@ -280,7 +294,7 @@ def _measure(backend, name, spec, timing, stages, lanes, progress, ceilings, run
                 "placement": lanes.where(lane),
                 "flops": int(sized.stage.flops),
                 "bytes": int(sized.stage.bytes),
-                **_sampled(summary),
+                **summary.columns(),
                 "bound_s": result.bound.bound_s,
                 "limiter": _limiter(result.bound.limiter, spec),
                 "beats_bound": summary.p75_s < result.bound.bound_s,
@@ -305,7 +319,7 @@ def _measure(backend, name, spec, timing, stages, lanes, progress, ceilings, run
                 "config_id": config_id,
                 "scenario": name,
                 "schedule": schedule,
-                **_sampled(summary),
+                **summary.columns(),
                 "bound_s": bound_s,
                 "bound_kind": kind,
                 "critical_path_bound_s": bounds.critical_path_s,
@@ -334,13 +348,3 @@ def _dependency_order(bounds):
 
 def _limiter(limiter: str, spec: Mapping) -> str:
     return "compute" if limiter == "compute" else spec["memory_level"]
-
-
-def _sampled(summary) -> dict:
-    return {
-        "n_samples": summary.n_samples,
-        "median_s": summary.median_s,
-        "p25_s": summary.p25_s,
-        "p75_s": summary.p75_s,
-        "min_s": summary.min_s,
-    }

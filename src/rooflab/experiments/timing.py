@@ -135,6 +135,16 @@ class Summary:
     iqr_ratio: float
     noisy: bool
 
+    def columns(self) -> dict:
+        """The sampled columns every timed row carries (records.tables' _SAMPLED)."""
+        return {
+            "n_samples": self.n_samples,
+            "median_s": self.median_s,
+            "p25_s": self.p25_s,
+            "p75_s": self.p75_s,
+            "min_s": self.min_s,
+        }
+
 
 def summarize(seconds: list[float], noisy_iqr_ratio: float) -> Summary:
     if not seconds:

@@ -32,8 +32,8 @@ def prune_samples(db_path: str | Path = DEFAULT_DB, keep_runs: int = 2) -> Prune
     if not db_path.is_file():
         raise StoreError(f"no store at {db_path}")
     before = db_path.stat().st_size
+    compact = db_path.with_name(f".{db_path.name}.prune-{os.getpid()}")
     connection = _open(db_path, read_only=False, lock_timeout_s=10.0, action="prune")
-    compact = None
     try:
         old = (
             "SELECT run_id FROM runs QUALIFY row_number() OVER (PARTITION BY machine_id, "
@@ -53,7 +53,6 @@ def prune_samples(db_path: str | Path = DEFAULT_DB, keep_runs: int = 2) -> Prune
         connection.execute("CHECKPOINT")
         # DuckDB reuses freed blocks but never shrinks its file: copy the store into a new file
         # (tables, views) and put it in place of the old one, as `rebuild` does
-        compact = db_path.with_name(f".{db_path.name}.prune-{os.getpid()}")
         compact.unlink(missing_ok=True)
         name = connection.execute("SELECT current_database()").fetchone()[0]
         connection.execute(f"ATTACH '{compact}' AS rooflab_compact")
@@ -61,7 +60,7 @@ def prune_samples(db_path: str | Path = DEFAULT_DB, keep_runs: int = 2) -> Prune
         connection.execute("DETACH rooflab_compact")
     except BaseException:
         connection.close()
-        db_path.with_name(f".{db_path.name}.prune-{os.getpid()}").unlink(missing_ok=True)
+        compact.unlink(missing_ok=True)
         raise
     connection.close()
     os.replace(compact, db_path)
