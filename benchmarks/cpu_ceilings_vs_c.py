@@ -22,7 +22,8 @@ from pathlib import Path
 
 from rooflab.backends.cpu import CpuBackend
 from rooflab.experiments.ceiling_plan import CeilingSettings
-from rooflab.experiments.ceilings import run_ceilings, units_for_window
+from rooflab.experiments.ceiling_windows import units_for_window
+from rooflab.experiments.ceilings import run_ceilings
 
 SOURCE = Path(__file__).resolve().parent / "c_reference" / "stream_fma.c"
 TARGETS = {"L1": 0.90, "L2": 0.90, "L3": 0.90, "DRAM": 0.90, "fp64_fma": 0.95, "fp32_fma": 0.95}

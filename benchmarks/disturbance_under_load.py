@@ -29,8 +29,9 @@ from dataclasses import replace
 
 from rooflab.backends.cpu import CpuBackend
 from rooflab.conditions.disturbance import DisturbanceSettings, other_cpus_now
-from rooflab.experiments.ceilings import time_workload
+from rooflab.experiments.ceiling_windows import time_workload
 from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.stopping import StoppingRule
 from rooflab.experiments.timing import TimingSettings
 
 SWEEP = {
@@ -89,7 +90,9 @@ def measure_all(backend: CpuBackend, settings: TimingSettings) -> dict[str, tupl
         "triad DRAM": backend.stream_workload("triad", 8 * sum(caches.values()), threads),
     }
     for name, workload in workloads.items():
-        windows = time_workload(backend, workload, 0.05, 5, settings.disturbance)
+        windows = time_workload(
+            backend, workload, 0.05, StoppingRule(min_samples=5), settings.disturbance
+        )
         results[name] = (1 / windows.median_rate(), windows.verdict.disturbed)
     return results
 

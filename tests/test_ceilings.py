@@ -15,7 +15,9 @@ from rooflab.experiments.ceiling_plan import (
     settings_from_config,
     working_set_sizes,
 )
-from rooflab.experiments.ceilings import run_ceilings, time_workload
+from rooflab.experiments.ceiling_windows import time_workload
+from rooflab.experiments.ceilings import run_ceilings
+from rooflab.experiments.stopping import StoppingRule
 from rooflab.records import read_run, to_table
 from tests.conftest import clean_round, used_windows
 
@@ -92,7 +94,9 @@ def test_fp32_fma_chains_give_twice_the_fp64_flop_rate():
     sides = []  # (workload, units per window), each window sized once
     for dtype in ("fp32", "fp64"):
         workload = backend.fma_workload(dtype, threads)
-        sides.append((workload, time_workload(backend, workload, 0.02, 3).units))
+        sides.append(
+            (workload, time_workload(backend, workload, 0.02, StoppingRule(min_samples=3)).units)
+        )
 
     def rate(workload, units) -> float:
         return units * workload.amount_per_unit / backend.time_call(lambda: workload.run(units))

@@ -176,3 +176,15 @@ def test_keys_of_two_runs_that_spread_widely_raise_the_effect():
     uniform = np.exp(rng.normal(np.log(1.2), 0.005, 40))  # the whole run 20 % slower
     assert across_keys_effect(uniform) < 0.02  # a run-wide move keeps its keys together
     assert across_keys_effect(wide[:7]) is None  # too few keys to say
+
+
+def test_an_effect_past_100_percent_is_a_valid_one():
+    # A wild machine's keys can spread past 2x between identical runs (across_keys_effect); the
+    # comparison then asks for more than that, instead of failing the whole ingest.
+    rng = np.random.default_rng(3)
+    base = rng.uniform(1.0, 1.1, 50)
+    twice = 2.0 * base
+    assert compare_samples(base, twice, min_effect=1.36).verdict == "same"
+    assert compare_samples(base, 3 * twice, min_effect=1.36).verdict == "slower"
+    with pytest.raises(ValueError, match="min_effect"):
+        compare_samples(base, twice, min_effect=-0.1)

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from rooflab.conditions.add_asm import _add_block_asm
 from rooflab.conditions.cpu import (
     ADDS_PER_BLOCK,
     ClockUnavailable,
-    _add_block_asm,
     blas_info,
     measure_cpu_clock_hz,
     read_cpu_conditions,

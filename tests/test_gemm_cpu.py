@@ -344,7 +344,9 @@ def test_warm_up_lasts_its_time_and_its_call_floor():
     # time-bound: calls for 50 ms (each takes microseconds, so far more than the floor of 3)
     assert len(warm_up) > 3 and warm_up[-1] - warm_up[0] >= 0.045
     calls.clear()
-    few = TimingSettings(warmup_s=1e-9, warmup_min_calls=4, min_time_s=0, min_samples=3)
+    few = TimingSettings(
+        warmup_s=1e-9, warmup_min_calls=4, min_time_s=0, min_samples=3, max_time_s=0
+    )
     measure(lambda: calls.append(1), backend, few, "warm")
     assert len(calls) == 4 + 3  # call-bound: the floor of 4, then the 3 samples
 

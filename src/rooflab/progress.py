@@ -199,6 +199,11 @@ class Progress:
         self.items -= len(planned)
         self.eta.total -= float(sum(planned))
 
+    def add(self, planned: Sequence[float]) -> None:
+        """Items decided while the job runs (an adaptive sweep's refinements, another round)."""
+        self.items += len(planned)
+        self.eta.total += float(sum(planned))
+
     def start(self, name: str, planned: float = 1.0) -> None:
         """The next item begins (the one before it is done)."""
         now = self.clock()
@@ -210,6 +215,11 @@ class Progress:
     def update(self, detail: str) -> None:
         self.detail = detail
         self._report(self.clock())
+
+    def note(self, text: str) -> None:
+        """A line the log always keeps about the current item (a measurement that stopped short
+        of its stopping rule's width says so here)."""
+        self._log(f"[{self.label}] {self.name}: {text}" if self.name else f"[{self.label}] {text}")
 
     def close(self) -> None:
         if self.closed:

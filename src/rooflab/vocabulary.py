@@ -15,6 +15,16 @@ class CacheState(StrEnum):
 
 CACHE_STATES = tuple(CacheState)
 
+
+class StopReason(StrEnum):
+    """Why a measurement stopped sampling (experiments.stopping)."""
+
+    CONVERGED = "converged"  # the median's interval reached the rule's width
+    TIME_CAP = "time_cap"  # the cap came first: a noisy machine, flagged by its width
+    SAMPLE_CAP = "sample_cap"
+    RETAKES = "retakes"  # disturbed samples used up their re-takes
+
+
 # Nsight Compute's --cache-control of a replay -> the cache state of the timing it pairs with, and
 # the words stored with a point: a flushed replay counts cold traffic, a no-flush replay warm.
 NCU_PAIRINGS = {

@@ -18,7 +18,9 @@
 # under 20 s left is skipped and named as such): tests (TESTS_TIMEOUT_S, 240), campaign and its
 # summary (CAMPAIGN_TIMEOUT_S, 260), fixtures (FIXTURES_TIMEOUT_S, 120:
 # tests/fixtures/ncu/record_gemm.py, ncu on PATH), references (REFERENCES_TIMEOUT_S, 60:
-# benchmarks/gpu_ceilings_vs_references.py).
+# benchmarks/gpu_ceilings_vs_references.py); not by default: adaptive (ADAPTIVE_TIMEOUT_S, 200:
+# benchmarks/ceilings_adaptive.py on the GPU, the stopping rule's ceilings vs the fixed budgets).
+# The campaign step prints "campaign took N s": the H200 campaign's wall time (goal: 60 s).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +32,7 @@ TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-240}
 CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-260}
 FIXTURES_TIMEOUT_S=${FIXTURES_TIMEOUT_S:-120}
 REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-60}
+ADAPTIVE_TIMEOUT_S=${ADAPTIVE_TIMEOUT_S:-200}
 TOTAL_S=${TOTAL_S:-570}
 STEPS=${STEPS:-tests campaign fixtures references}
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/rooflab-cupy-cache}  # kernels compiled once, reused
@@ -175,6 +178,13 @@ if wants references "$REFERENCES_TIMEOUT_S"; then
     (cd "$REPO" && timeout "$LIMIT" "$PY" benchmarks/gpu_ceilings_vs_references.py \
         --rounds 2) >"$OUT/references.txt" 2>&1 || FAILED+=("references")
     cat "$OUT/references.txt"
+fi
+
+if wants adaptive "$ADAPTIVE_TIMEOUT_S"; then
+    step "adaptive ceilings: benchmarks/ceilings_adaptive.py --backend cuda (at most ${LIMIT} s)"
+    (cd "$REPO" && timeout "$LIMIT" "$PY" benchmarks/ceilings_adaptive.py --backend cuda \
+        --rounds 1) >"$OUT/adaptive.txt" 2>&1 || FAILED+=("adaptive")
+    cat "$OUT/adaptive.txt"
 fi
 
 echo

@@ -80,6 +80,10 @@ class Backend(ABC):
     # Whether other processes' CPU use slows what this backend measures (a CPU's caches and memory
     # are shared; a GPU's timing is the device's, whatever the host's other cores do).
     host_contention_matters: bool = True
+    # Idle before a library GEMM's peak is sampled: a GPU under its power limit lowers its clock
+    # within a fraction of a second of sustained GEMMs and raises it again at rest. A CPU
+    # without such a limit needs none.
+    rest_before_peak_s: float = 0.0
 
     # -- identity and conditions --
     @abstractmethod

@@ -68,6 +68,7 @@ class CudaBackend(Backend):
     fma_dtypes = ("fp64", "fp32", "fp16")
     memory_level = "HBM"
     host_contention_matters = False  # events time the device; other GPU users are what count
+    rest_before_peak_s = 1.0  # docs/measurements/2026-11-30-h200.md, run 3
 
     def __init__(self, device_id: int = 0, conditions_period_s: float = 0.01) -> None:
         import cupy

@@ -12,13 +12,13 @@ import contextlib
 import functools
 import math
 import os
-import platform
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rooflab.conditions.add_asm import ADDS_PER_BLOCK, ClockUnavailable
 from rooflab.machine import PROC_ROOT, SYS_CPU_ROOT, cpu_dirs, cpuinfo_values
 
 __all__ = [
@@ -31,21 +31,6 @@ __all__ = [
     "warm_up",
 ]
 
-# Dependent adds per inline-asm block; the loop counter runs beside the chain, off its critical
-# path, so one block costs ADDS_PER_BLOCK cycles.
-ADDS_PER_BLOCK = 128
-
-# x86_64 adds a register, not `add $1, reg`: recent Intel cores (Golden Cove on) are reported to
-# fold small immediates at rename and would run an immediate chain faster than one add per cycle.
-# aarch64 adds an immediate: the register form is ADD (shifted register), which some cores (and
-# LLVM's Apple model) give 2 cycles, while the immediate form is 1 cycle on all known cores.
-_ADD_LINE_BY_ARCHITECTURE = {
-    "x86_64": "add $1, $0",  # AT&T: $0 += $1
-    "amd64": "add $1, $0",
-    "aarch64": "add $0, $0, #1",  # step is 1 by construction; $1 stays unused
-    "arm64": "add $0, $0, #1",
-}
-
 # The first measurement uses this guess to size its repetitions; later ones the last reading.
 _clock_estimate_hz = 3.0e9
 _PLAUSIBLE_HZ = (0.2e9, 10e9)
@@ -55,64 +40,19 @@ _DROP_RETRY, _DROP_RETRIES, _DROP_RETRY_PAUSE_S = 0.15, 2, 0.002
 _THREADING_ENV_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "BLIS_", "NUMBA_")
 
 
-class ClockUnavailable(RuntimeError):
-    """The effective CPU clock cannot be measured here (architecture or toolchain missing)."""
-
-
-def _add_block_asm(machine: str) -> str:
-    line = _ADD_LINE_BY_ARCHITECTURE.get(machine.lower())
-    if line is None:
-        supported = ", ".join(sorted(_ADD_LINE_BY_ARCHITECTURE))
-        raise ClockUnavailable(
-            f"no dependent-add loop for architecture {machine!r} (supported: {supported})"
-        )
-    return "\n\t".join([line] * ADDS_PER_BLOCK)
-
-
 @functools.cache
 def _compiled_add_chain() -> Callable[[int, int], int]:
     """run(blocks, step) -> the sum of blocks × ADDS_PER_BLOCK dependent adds of step.
 
-    Built on first use so that importing rooflab does not pay for numba (about half a second).
+    Built on first use (conditions.add_chain) so that importing rooflab does not pay for numba,
+    and cached on disk by numba: compiling it costs each measuring job about 0.4 s.
     """
-    asm_text = _add_block_asm(platform.machine())
     try:
-        import llvmlite.binding as llvm
-        from llvmlite import ir
-        from numba import njit, types
-        from numba.extending import intrinsic
+        from rooflab.conditions.add_chain import run_add_chain
     except ImportError as error:
         raise ClockUnavailable(f"numba/llvmlite is needed for the add loop: {error}") from error
-
-    # numba does not set up LLVM's asm parser, without which inline asm cannot be emitted.
-    llvm.initialize_native_asmparser()
-
-    @intrinsic
-    def add_block(typingctx, accumulator, step):
-        signature = types.int64(types.int64, types.int64)
-
-        def codegen(context, builder, signature, args):
-            int64 = ir.IntType(64)
-            asm = ir.InlineAsm(
-                ir.FunctionType(int64, [int64, int64]),
-                asm_text,
-                "=r,r,0",  # $0: the accumulator (out, tied to the second input); $1: step
-                side_effect=True,  # keeps LLVM from hoisting or merging the block
-            )
-            accumulator_value, step_value = args
-            return builder.call(asm, [step_value, accumulator_value])
-
-        return signature, codegen
-
-    @njit
-    def run_add_chain(blocks, step):
-        accumulator = 0
-        for _ in range(blocks):
-            accumulator = add_block(accumulator, step)
-        return accumulator
-
     try:
-        run_add_chain(1, 1)  # compile now, never inside a timed region
+        run_add_chain(1, 1)  # compile (or load) now, never inside a timed region
     except Exception as error:  # a numba/LLVM failure must not take the measurement down with it
         raise ClockUnavailable(f"compiling the add loop failed: {error}") from error
     return run_add_chain

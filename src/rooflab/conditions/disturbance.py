@@ -37,7 +37,7 @@ PROC_TASKS = Path("/proc/self/task")
 PROC_STAT = Path("/proc/stat")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # A quiet-check window: long enough for /proc/stat's 10 ms ticks to resolve a tenth of a CPU.
-QUIET_WINDOW_S = 0.5
+QUIET_WINDOW_S = 0.25
 
 
 @dataclass(frozen=True)

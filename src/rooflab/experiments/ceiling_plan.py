@@ -5,6 +5,7 @@ larger than the memory available to it (checked before anything is allocated).""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -24,23 +25,31 @@ PLATEAU_ABOVE, PLATEAU_BELOW, DRAM_ABOVE = 2.0, 0.5, 4.0
 # A backend's local cache (a GPU's L1) is swept per SM from LOCAL_MIN_BYTES to LOCAL_ABOVE x its
 # capacity, so the sweep shows the plateau and the fall into the next level.
 LOCAL_MIN_BYTES, LOCAL_ABOVE = 4 * 1024, 4
+# An adaptive sweep starts from one working set per octave and each plateau's two ends (where a
+# level's best point usually sits), then halves the step between neighbours whose rates differ by
+# more than EDGE_CHANGE, down to 1 / points_per_octave of an octave: fine steps at the edges only.
+COARSE_PER_OCTAVE, EDGE_CHANGE = 1, 0.1
 
 
 @dataclass(frozen=True)
 class CeilingSettings:
     min_working_set_bytes: int = 16 * 1024
     max_working_set_bytes: int | None = None  # None: 8x the total cache capacity
-    points_per_octave: int = 4
+    points_per_octave: int = 4  # an adaptive sweep's finest step; a full sweep's every step
+    adaptive: bool = True
     kernels: tuple[str, ...] = ("read", "copy", "triad")
     threads: int | None = None  # None: all usable cores
-    window_s: float = 0.05
-    windows: int = 5
+    window_s: float = 0.005
+    windows: int = 6  # the floor of windows per point or round (6: the fewest with a 95 % interval)
+    rel_width: float = 0.03  # stopping rule: the median window's interval within this of it
+    max_point_s: float = 0.25  # stopping rule's cap on one point's (round's) windows
+    max_rounds: int = 5  # FMA rounds, taken while the best two disagree by more than rel_width
     fma_dtypes: tuple[str, ...] = ("fp64", "fp32")
     blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
     blas_n: int = 2048
     blas_timing: TimingSettings = field(
         default_factory=lambda: TimingSettings(
-            warmup_s=0.3, min_time_s=1.0, min_samples=5, cooldown_s=1.0
+            warmup_s=0.2, min_time_s=0.1, min_samples=10, max_time_s=1.0
         )
     )
     max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
@@ -50,10 +59,23 @@ class CeilingSettings:
 QUICK = CeilingSettings(
     points_per_octave=2,
     kernels=("triad",),
-    window_s=0.02,
-    windows=3,
+    window_s=0.005,
+    max_point_s=0.2,
     blas_n=1024,
-    blas_timing=TimingSettings(warmup_s=0.1, min_time_s=0.3, min_samples=5),
+    blas_timing=TimingSettings(warmup_s=0.1, min_time_s=0.05, min_samples=6, max_time_s=0.3),
+)
+# The fixed budgets of rooflab before its stopping rule (every point 5 windows of 50 ms, 4 points
+# per octave, five FMA rounds, library GEMMs sampled 1 s): benchmarks/ceilings_adaptive.py
+# measures both in one process.
+FIXED = CeilingSettings(
+    adaptive=False,
+    window_s=0.05,
+    windows=5,
+    rel_width=0.0,
+    max_point_s=0.0,
+    blas_timing=TimingSettings(
+        warmup_s=0.3, min_time_s=1.0, min_samples=5, rel_width=0.0, max_time_s=0.0
+    ),
 )
 
 
@@ -75,6 +97,10 @@ def settings_from_config(
         min_working_set_bytes=sizes["min_working_set"],
         max_working_set_bytes=sizes["max_working_set"],
         points_per_octave=ceilings["points_per_octave"],
+        adaptive=ceilings["adaptive"],
+        rel_width=ceilings["rel_width"],
+        max_point_s=ceilings["max_point_s"],
+        max_rounds=ceilings["max_rounds"],
         kernels=tuple(ceilings["kernels"]),
         threads=ceilings["threads"],
         window_s=ceilings["window_s"],
@@ -92,6 +118,41 @@ def working_set_sizes(low: int, high: int, points_per_octave: int) -> list[int]:
     count = max(1, math.ceil(octaves * points_per_octave))
     sizes = {round(low * 2 ** (i * octaves / count) / 1024) * 1024 for i in range(count + 1)}
     return sorted(sizes)
+
+
+def sweep_start(
+    low: int, high: int, settings: CeilingSettings, level_windows: dict[str, tuple[int, int]]
+) -> list[int]:
+    """The working sets a sweep measures first: every step of a full sweep; for an adaptive one,
+    one per octave and each plateau's ends inside [low, high] (refine adds the rest)."""
+    if not settings.adaptive:
+        return working_set_sizes(low, high, settings.points_per_octave)
+    ends = {
+        round(end / 1024) * 1024
+        for lo, hi in level_windows.values()
+        for end in (lo, hi)
+        if low <= end <= high
+    }
+    return sorted(set(working_set_sizes(low, high, COARSE_PER_OCTAVE)) | ends)
+
+
+def refine(measured: dict[int, float], settings: CeilingSettings) -> list[int]:
+    """Working sets to add to an adaptive sweep: the geometric midpoint of each pair of
+    neighbours whose rates differ by more than EDGE_CHANGE and lie more than the finest step
+    apart (rounded to 1 KiB; none already measured). Empty when the sweep is done."""
+    if not settings.adaptive:
+        return []
+    finest = 2 ** (1 / settings.points_per_octave)
+    sizes = sorted(measured)
+    added = []
+    for a, b in itertools.pairwise(sizes):
+        ratio = measured[b] / measured[a] if measured[a] > 0 else math.inf
+        if abs(ratio - 1) <= EDGE_CHANGE or b / a <= finest * 1.01:
+            continue
+        middle = round(math.sqrt(a * b) / 1024) * 1024
+        if a < middle < b and middle not in measured:
+            added.append(middle)
+    return added
 
 
 def plateaus(

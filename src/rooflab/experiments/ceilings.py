@@ -3,27 +3,21 @@ instruction path from independent FMA chains, and the library GEMM peak (BLAS, c
 separate library paths.
 
 Each sweep point repeats its kernel many times inside one timed call (so call overhead vanishes),
-takes several such windows and keeps their median. A level's ceiling is the best point median on
-its plateau: working sets well inside that level and well outside the one before it. The memory
-behind the last cache is named by the backend (DRAM on a CPU, HBM on a GPU).
+takes such windows until the stopping rule is met (experiments.ceiling_windows) and keeps their
+median. An adaptive sweep steps coarsely over the plateaus and refines only at the edges
+(ceiling_plan.refine). A level's ceiling is the best point median on its plateau: working sets
+well inside that level and well outside the one before it. The memory behind the last cache is
+named by the backend (DRAM on a CPU, HBM on a GPU).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import NamedTuple
 
 from rooflab.backends.base import Backend, CeilingLoad
-from rooflab.conditions.disturbance import (
-    DisturbanceSettings,
-    Verdict,
-    add_gpu_processes,
-    probe,
-    wait_until_idle,
-)
+from rooflab.conditions.disturbance import Verdict, add_gpu_processes, wait_until_idle
 from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.ceiling_plan import (
     LOCAL_ABOVE,
@@ -34,20 +28,14 @@ from rooflab.experiments.ceiling_plan import (
     check_supported,
     largest_working_set,
     plateaus,
-    working_set_sizes,
+    refine,
+    sweep_start,
 )
+from rooflab.experiments.ceiling_windows import Windows, time_workload, window_rule
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
-from rooflab.experiments.timing import (
-    Sample,
-    clean,
-    fastest_window_median,
-    judge_samples,
-    measure,
-    sample_rows,
-    summarize,
-    take_sample,
-)
+from rooflab.experiments.stopping import Stop
+from rooflab.experiments.timing import clean, fastest_window_median, measure, sample_rows
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
@@ -59,16 +47,6 @@ def _flags(tables: dict, config_ids: set[str], max_clock_change: float) -> dict:
     return clock_flags(readings, max_clock_change)
 
 
-def units_for_window(seconds_for: Callable[[int], float], window_s: float) -> int:
-    """Grow the work per call until one call lasts a whole window: then a fixed cost per call
-    (thread wake-up, Python) is a small part of it, whatever the machine's overheads are."""
-    units, seconds = 1, seconds_for(1)
-    while seconds < window_s:
-        units *= 8 if seconds < window_s / 8 else 2
-        seconds = seconds_for(units)
-    return units
-
-
 class SweepPoint(NamedTuple):
     working_set: int
     rate: float
@@ -76,58 +54,8 @@ class SweepPoint(NamedTuple):
     point_id: str
     verdict: Verdict
     row: dict  # its ceiling_sweep row
-
-
-@dataclass(frozen=True)
-class Windows:
-    """The timed windows of one workload: every one is kept (as `samples` rows)."""
-
-    units: int  # work units per window (FMA iterations, passes over the working set)
-    amount: float  # work per window, in `unit`: units x the workload's amount per unit
-    unit: str  # FLOP or B
-    samples: list[Sample]  # every window taken; disturbed ones flagged
-    verdict: Verdict
-
-    def rates(self) -> list[float]:
-        """Rates of the undisturbed windows (of all, where every one was disturbed)."""
-        return [self.amount / s.seconds for s in clean(self.samples)]
-
-    def median_rate(self) -> float:
-        return statistics.median(self.rates())
-
-    def iqr_ratio(self) -> float:
-        return summarize(self.rates(), noisy_iqr_ratio=math.inf).iqr_ratio
-
-    def sample_rows(self, run_id: str, config_id: str) -> list[dict]:
-        return sample_rows(run_id, config_id, CacheState.WARM, self.samples, self.amount, self.unit)
-
-
-def time_workload(
-    backend: Backend,
-    workload: CeilingLoad,
-    window_s: float,
-    windows: int,
-    disturbance: DisturbanceSettings | None = None,
-) -> Windows:
-    """Size one window (a call of at least `window_s`), then time `windows` undisturbed ones,
-    reading the clock and the disturbance around each, outside the timed call; a disturbed window
-    is re-taken, up to retake_factor x `windows` of them."""
-    disturbance = disturbance or DisturbanceSettings()
-
-    def seconds_for(units: int) -> float:
-        return backend.time_call(lambda: workload.run(units))
-
-    workload.run(1)  # warm-up: compilation, first touch, thread start-up
-    units = units_for_window(seconds_for, window_s)
-    max_disturbed = math.ceil(disturbance.retake_factor * windows)
-    samples: list[Sample] = []
-    n_clean = 0
-    with probe().measuring_phase() as phase:
-        while n_clean < windows and len(samples) - n_clean < max_disturbed:
-            samples.append(take_sample(backend, lambda: workload.run(units), disturbance))
-            n_clean += not samples[-1].disturbed
-    verdict = judge_samples(samples, phase, backend, windows, disturbance, what="windows")
-    return Windows(units, units * workload.amount_per_unit, workload.unit, samples, verdict)
+    stop: Stop
+    windows: Windows
 
 
 def run_ceilings(
@@ -143,25 +71,37 @@ def run_ceilings(
 
 
 def planned_point_s(settings: CeilingSettings) -> float:
-    """Planned seconds of one sweep point or FMA round: its windows, each at least `window_s`
-    (1.5 x on average: a window is sized by doubling the work until it lasts `window_s`), plus
-    sizing it (about two windows) and the warm-up call."""
-    return settings.window_s * (1.5 * settings.windows + 2.5)
+    """Planned seconds of one sweep point or FMA round: twice its floor of windows (the stopping
+    rule's usual count on a shared machine), each at least `window_s` (1.5 x on average: a
+    window's work is sized by doubling), sizing it and the warm-up call."""
+    return settings.window_s * (3 * settings.windows + 2.5)
 
 
-def planned_blas_s(settings: CeilingSettings) -> float:
-    """Planned seconds of one library GEMM ceiling: its warm-up, idle and sampling budgets."""
+def planned_blas_s(settings: CeilingSettings, rest_s: float = 0.0) -> float:
+    """Planned seconds of one library GEMM ceiling: its warm-up, idle (`rest_s`: the backend's
+    rest_before_peak_s) and sampling floor."""
     timing = settings.blas_timing
-    return timing.warmup_s + timing.cooldown_s + timing.min_time_s
+    return timing.warmup_s + rest_s + timing.min_time_s
 
 
-def planned_work(settings: CeilingSettings, points: int, local: bool) -> list[float]:
-    """Planned seconds of each item of a run, in order: FMA rounds (first, after each bandwidth
-    sweep, last), `points` sweep points, the library GEMMs. The ETA starts from it (progress)."""
-    rounds = len(settings.kernels) + 2 + local
-    fma_and_points = rounds * len(settings.fma_dtypes) + points
+def planned_work(
+    settings: CeilingSettings, points: int, local: bool, rest_s: float = 0.0
+) -> list[float]:
+    """Planned seconds of each item of a run, in order: two FMA rounds, the `points` the sweeps
+    start from, the library GEMMs. The ETA starts from it (progress); a sweep's refinements and
+    further FMA rounds are added as they are decided."""
+    fma_and_points = 2 * len(settings.fma_dtypes) + points
     blas = len(settings.blas_dtypes)
-    return [planned_point_s(settings)] * fma_and_points + [planned_blas_s(settings)] * blas
+    return [planned_point_s(settings)] * fma_and_points + [planned_blas_s(settings, rest_s)] * blas
+
+
+def rounds_disagree(rates: list[float], rel_width: float) -> bool:
+    """Whether the best two FMA rounds of a dtype differ by more than `rel_width` (fewer than
+    two rounds: nothing agrees yet)."""
+    if len(rates) < 2:
+        return True
+    best, second = sorted(rates, reverse=True)[:2]
+    return best / second - 1 > rel_width
 
 
 def _run_ceilings(
@@ -174,8 +114,8 @@ def _run_ceilings(
     threads = settings.threads or backend.default_threads()
     caches = backend.cache_bytes_by_level()
     high = largest_working_set(backend, settings)
-    sizes = working_set_sizes(settings.min_working_set_bytes, high, settings.points_per_octave)
     level_windows = plateaus(caches, high, backend.memory_level)
+    sizes = sweep_start(settings.min_working_set_bytes, high, settings, level_windows)
     tables: dict[str, list[dict]] = {
         "conditions": [],
         "ceilings": [],
@@ -183,110 +123,115 @@ def _run_ceilings(
         "samples": [],
     }
     local = backend.local_cache
+    local_windows = (
+        {local.level: (0, int(PLATEAU_BELOW * local.bytes_per_unit))} if local is not None else {}
+    )
     local_sizes = (
-        working_set_sizes(
-            LOCAL_MIN_BYTES, LOCAL_ABOVE * local.bytes_per_unit, settings.points_per_octave
-        )
+        sweep_start(LOCAL_MIN_BYTES, LOCAL_ABOVE * local.bytes_per_unit, settings, local_windows)
         if local is not None
         else []
     )
     points = len(settings.kernels) * len(sizes) + len(local_sizes)
-    progress.plan(planned_work(settings, points, local is not None))
+    rest_s = backend.rest_before_peak_s
+    progress.plan(planned_work(settings, points, local is not None, rest_s))
     point_s = planned_point_s(settings)
+    rule = window_rule(settings)
 
-    # FMA rounds are spread over the whole run (first, after each bandwidth kernel, last) and each
-    # dtype keeps its best round: a ceiling is the best sustained rate, and a slow spell of a
-    # shared machine (seen here: seconds at about half speed) then costs a round, not the ceiling.
-    # (clean, rate), iterations, threads, config_id, verdict
-    best: dict[str, tuple[tuple[bool, float], int, int, str, Verdict]] = {}
+    # FMA rounds are spread over the run (first, after each bandwidth sweep, last), taken while a
+    # dtype's best two rounds disagree, and each dtype keeps its best: a ceiling is the best
+    # sustained rate, and a slow spell of a shared machine (seen here: seconds at about half
+    # speed) then costs a round, not the ceiling.
+    # dtype -> (clean, rate), iterations, threads, config_id, verdict, stop
+    best: dict[str, tuple] = {}
+    round_rates: dict[str, list[float]] = {dtype: [] for dtype in settings.fma_dtypes}
     rounds = 0
 
-    def timed(workload: CeilingLoad) -> Windows:
+    def timed(workload: CeilingLoad, rate_hint: float | None = None) -> Windows:
         return time_workload(
-            backend, workload, settings.window_s, settings.windows, settings.disturbance
+            backend, workload, settings.window_s, rule, settings.disturbance, rate_hint
         )
 
     def fma_round() -> None:
         nonlocal rounds
+        needed = any(rounds_disagree(r, settings.rel_width) for r in round_rates.values())
+        if rounds >= settings.max_rounds or not needed:
+            return
+        if rounds >= 2:
+            progress.add([point_s] * len(settings.fma_dtypes))
         wait_until_idle()  # the BLAS pool may still spin from the library GEMM before it
         for dtype in settings.fma_dtypes:
             config_id = f"fma/{dtype}/round{rounds}"
             progress.start(f"fma {dtype} round {rounds}", point_s)
             before = conditions_row(backend, run_id, "before", config_id)
             workload = backend.fma_workload(dtype, threads)
+            hint = best[dtype][0][1] if dtype in best else None
             with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
-                windows = timed(workload)
+                windows = timed(workload, hint)
             readings = [before, *during_rows(run_id, during)]
             readings.append(conditions_row(backend, run_id, "after", config_id))
             tables["conditions"].extend(readings)
             tables["samples"].extend(windows.sample_rows(run_id, config_id))
             verdict = add_gpu_processes(windows.verdict, readings)
             rate = windows.median_rate()
+            if not verdict.disturbed:
+                round_rates[dtype].append(rate)
             # A clean round beats any disturbed one; a ceiling never comes from disturbed
             # windows while a clean round exists.
             key = (not verdict.disturbed, rate)
             if dtype not in best or key > best[dtype][0]:
-                best[dtype] = (key, windows.units, workload.threads or threads, config_id, verdict)
+                threads_run = workload.threads or threads
+                best[dtype] = (key, windows.units, threads_run, config_id, verdict, windows.stop)
             note = " (disturbed)" if verdict.disturbed else ""
             progress.update(f"{rate / 1e9:.1f} GFLOP/s{note}")
         rounds += 1
 
     def bandwidth_sweep(kernel, sizes, workload_for, level_windows, words) -> None:
-        """Time `kernel` at each working set; each level's ceiling is its best plateau point."""
+        """Time `kernel` at each working set (refining an adaptive sweep at its edges); each
+        level's ceiling is its best plateau point."""
         wait_until_idle()
         config_id = f"stream/{kernel}"
         tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
-        points = []
+        points: dict[int, SweepPoint] = {}
         kernel_threads = threads
         with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
-            for size in sizes:
-                progress.start(f"{kernel} {format_quantity(size, 'bytes', 3)}", point_s)
-                workload = workload_for(size)
-                kernel_threads = workload.threads or threads
-                windows = timed(workload)
-                rate = windows.median_rate()
-                # one pass touches the whole working set, unless the workload says otherwise
-                working_set = workload.working_set_bytes or workload.amount_per_unit
-                level = next(
-                    (name for name, (lo, hi) in level_windows.items() if lo <= working_set <= hi),
-                    None,
-                )
-                point_id = f"{config_id}/ws{working_set}"
-                tables["samples"].extend(windows.sample_rows(run_id, point_id))
-                row = {
-                    "run_id": run_id,
-                    "config_id": point_id,
-                    "kernel": kernel,
-                    "working_set_bytes": working_set,
-                    "threads": kernel_threads,
-                    "value": rate,
-                    "unit": "B/s",
-                    "reps": windows.units,
-                    "n_windows": settings.windows,
-                    "window_s": settings.window_s,
-                    "iqr_ratio": windows.iqr_ratio(),
-                    "level": level,
-                }
-                tables["ceiling_sweep"].append(row)
-                points.append(SweepPoint(working_set, rate, level, point_id, windows.verdict, row))
-                note = " (disturbed)" if windows.verdict.disturbed else ""
-                progress.update(f"{rate / 1e9:.1f} GB/s{note}")
+            while sizes:
+                for size in sizes:
+                    progress.start(f"{kernel} {format_quantity(size, 'bytes', 3)}", point_s)
+                    workload = workload_for(size)
+                    kernel_threads = workload.threads or threads
+                    below = [p for p in points.values() if p.working_set <= size]
+                    hint = max(below, key=lambda p: p.working_set).rate if below else None
+                    point = _sweep_point(workload, timed(workload, hint), kernel, config_id)
+                    points[size] = point
+                    tables["samples"].extend(point.windows.sample_rows(run_id, point.point_id))
+                    note = " (disturbed)" if point.verdict.disturbed else ""
+                    progress.update(f"{point.rate / 1e9:.1f} GB/s{note}")
+                sizes = refine({size: p.rate for size, p in points.items()}, settings)
+                progress.add([point_s] * len(sizes))
         tables["conditions"].extend(during_rows(run_id, during))
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
         flags = _flags(tables, {config_id}, settings.max_clock_change)
         # Other GPU users are read over the whole sweep: each point carries what was seen.
         readings = [c for c in tables["conditions"] if c["config_id"] == config_id]
-        for point in points:
+        ordered = sorted(points.values(), key=lambda point: point.working_set)
+        for point in ordered:
+            level = next(
+                (name for name, (lo, hi) in level_windows.items() if lo <= point.working_set <= hi),
+                None,
+            )
+            point.row.update(
+                run_id=run_id, threads=kernel_threads, level=level, window_s=settings.window_s
+            )
             point.row.update(add_gpu_processes(point.verdict, readings).columns())
+            tables["ceiling_sweep"].append(point.row)
         for level, (lo, hi) in level_windows.items():
-            on_plateau = [p for p in points if p.level == level]
+            on_plateau = [p for p in ordered if lo <= p.working_set <= hi]
             if not on_plateau:
                 continue  # the sweep did not reach this plateau; no ceiling is claimed
             # The best clean point; only where every point was disturbed, the best of those,
             # and the ceiling carries that point's flag.
             clean_points = [p for p in on_plateau if not p.verdict.disturbed]
-            best = max(clean_points or on_plateau, key=lambda point: point.rate)
-            value, best_point, verdict = best.rate, best.point_id, best.verdict
+            top = max(clean_points or on_plateau, key=lambda point: point.rate)
             tables["ceilings"].append(
                 {
                     "run_id": run_id,
@@ -294,22 +239,23 @@ def _run_ceilings(
                     "name": level,
                     "kernel": kernel,
                     "dtype": "fp64",
-                    "value": value,
+                    "value": top.rate,
                     "unit": "B/s",
                     "method": (
                         f"best of {len(on_plateau)} sweep points with {words} in "
-                        f"[{lo}, {hi}] B, each the median of {settings.windows} windows of "
-                        f">= {settings.window_s} s; STREAM byte convention, write-allocate "
-                        f"traffic not counted"
+                        f"[{lo}, {hi}] B, each the median of its windows of >= "
+                        f"{settings.window_s} s ({rule.describe()}); STREAM byte convention, "
+                        f"write-allocate traffic not counted"
                     ),
                     "cache_state": CacheState.WARM,
                     "threads": kernel_threads,
                     "working_set_min_bytes": min(p.working_set for p in on_plateau),
                     "working_set_max_bytes": max(p.working_set for p in on_plateau),
                     "n_points": len(on_plateau),
-                    "config_id": best_point,
+                    "config_id": top.point_id,
+                    **top.stop.columns(),
                     **flags,
-                    **verdict.columns(),
+                    **top.verdict.columns(),
                 }
             )
 
@@ -328,7 +274,7 @@ def _run_ceilings(
             local.kernel,
             local_sizes,
             lambda size: backend.local_cache_workload(size, threads),
-            {local.level: (0, int(PLATEAU_BELOW * local.bytes_per_unit))},
+            local_windows,
             f"per-SM working sets (every SM reads the same buffer; {local.capacity_note})",
         )
         fma_round()
@@ -337,7 +283,8 @@ def _run_ceilings(
         tables["ceilings"].append(_blas_ceiling(backend, dtype, settings, run_id, tables, progress))
     fma_round()
 
-    for dtype, ((_, rate), iters, fma_threads, config_id, verdict) in best.items():
+    for dtype, ((_, rate), iters, fma_threads, config_id, verdict, stop) in best.items():
+        rates = sorted(round_rates[dtype], reverse=True)
         tables["ceilings"].append(
             {
                 "run_id": run_id,
@@ -349,13 +296,18 @@ def _run_ceilings(
                 "unit": "FLOP/s",
                 "method": (
                     f"independent FMA chains in registers (SIMD on a CPU), {iters} iterations "
-                    f"per window; best of {rounds} rounds spread over the run, each the median "
-                    f"of {settings.windows} windows of >= {settings.window_s} s; FMA = 2 FLOP"
+                    f"per window; best of {rounds} rounds spread over the run (taken while the "
+                    f"best two differed by more than {settings.rel_width:.1%}), each the median "
+                    f"of its windows of >= {settings.window_s} s ({rule.describe()}); "
+                    f"FMA = 2 FLOP"
                 ),
                 "cache_state": CacheState.WARM,
                 "threads": fma_threads,
                 "n_points": rounds,
                 "config_id": config_id,
+                **stop.columns(),
+                "n_rounds": rounds,
+                "round_spread": 1 - rates[1] / rates[0] if len(rates) > 1 else None,
                 **_flags(tables, {config_id}, settings.max_clock_change),
                 **verdict.columns(),
             }
@@ -376,14 +328,43 @@ def _run_ceilings(
     return tables
 
 
+def _sweep_point(workload: CeilingLoad, windows: Windows, kernel: str, config_id: str):
+    """One sweep point from its windows: its `ceiling_sweep` row (run, threads and level are
+    filled in once the sweep is done) and its samples rows."""
+    # one pass touches the whole working set, unless the workload says otherwise
+    working_set = workload.working_set_bytes or workload.amount_per_unit
+    point_id = f"{config_id}/ws{working_set}"
+    rate = windows.median_rate()
+    row = {
+        "config_id": point_id,
+        "kernel": kernel,
+        "working_set_bytes": working_set,
+        "value": rate,
+        "unit": "B/s",
+        "reps": windows.units,
+        "n_windows": len(windows.rates()),
+        "iqr_ratio": windows.iqr_ratio(),
+        **windows.stop.columns(),
+    }
+    return SweepPoint(
+        working_set, rate, None, point_id, windows.verdict, row, windows.stop, windows
+    )
+
+
 def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     n = settings.blas_n
     config_id = f"blas/{dtype}/n{n}"
-    progress.start(f"library GEMM {dtype} n={n}", planned_blas_s(settings))
+    progress.start(
+        f"library GEMM {dtype} n={n}", planned_blas_s(settings, backend.rest_before_peak_s)
+    )
     operands = backend.gemm_operands(n, n, n, dtype, "nn", seed=0)
     wait_until_idle()  # numba's pool may still spin from the kernels before it
     before = conditions_row(backend, run_id, "before", config_id)
-    timing = replace(settings.blas_timing, disturbance=settings.disturbance)
+    timing = replace(
+        settings.blas_timing,
+        disturbance=settings.disturbance,
+        cooldown_s=backend.rest_before_peak_s,
+    )
     with backend.sampling_conditions(config_id) as during, backend.limited_library_threads():
         measured = measure(
             lambda: backend.matmul(operands),
@@ -406,7 +387,7 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     window = min(settings.windows, len(seconds))
     fastest_s, windows = fastest_window_median(seconds, window)
     sustained = format_quantity(2 * n**3 / statistics.median(seconds), "flop_rate", 4)
-    idle = settings.blas_timing.cooldown_s
+    idle = timing.cooldown_s
     rested = f"sampled after {idle:g} s idle, " if idle else ""
     best = (
         f"best of {windows} medians of {window} consecutive"
@@ -423,12 +404,14 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
         "unit": "FLOP/s",
         "method": (
             f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}{best} warm samples "
-            f"(the median of all {len(seconds)}, under the clocks they saw: {sustained})"
+            f"(the median of all {len(seconds)}, under the clocks they saw: {sustained}; "
+            f"{timing.rule().describe()})"
         ),
         "cache_state": CacheState.WARM,
         "threads": threads,
         "n_points": 1,
         "config_id": config_id,
+        **measured.stop.columns(),
         **_flags(tables, {config_id}, settings.max_clock_change),
         **verdict.columns(),
     }

@@ -1,10 +1,12 @@
-"""The sampling loop: warm up by time, then take samples by time with a floor on their count.
+"""The sampling loop: warm up by time, then take samples until the stopping rule is met.
 
-Read against DESIGN.md §4: warm-up ends before the first sample; for `cold`, the cache flush runs
-before each sample and outside the timed region; the clock and what the rest of the machine took
-from the sample (conditions.disturbance) are read after each sample, also outside it; every raw
-sample is kept; a disturbed one is left out of the statistics and re-taken, a bounded number of
-times; the clean ones are summarised by median and IQR, never by the fastest alone.
+Read against DESIGN.md §4: warm-up ends before the first sample; sampling stops by the stopping rule
+(experiments.stopping: the median's interval narrow enough, floors, a cap); for `cold`, the cache
+flush runs before each sample and outside the timed region; the clock and what the rest of the
+machine took from the sample (conditions.disturbance) are read after each sample, also outside
+it; every raw sample is kept; a disturbed one is left out of the statistics and re-taken, a
+bounded number of times; the clean ones are summarised by median and IQR, never by the fastest
+alone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from rooflab.backends.base import Backend
 from rooflab.conditions.disturbance import (
@@ -23,6 +25,7 @@ from rooflab.conditions.disturbance import (
     judge,
     probe,
 )
+from rooflab.experiments.stopping import Stop, Stopper, StoppingRule
 from rooflab.progress import Progress
 from rooflab.vocabulary import CACHE_STATES, CacheState
 
@@ -31,9 +34,11 @@ from rooflab.vocabulary import CACHE_STATES, CacheState
 class TimingSettings:
     warmup_s: float = 0.2
     warmup_min_calls: int = 3
-    min_time_s: float = 0.5  # wall time of the sampling phase, flushes included
+    min_time_s: float = 0.05  # floor on the sampling phase's wall time, flushes included
     min_samples: int = 10
     max_samples: int = 10000
+    rel_width: float = 0.03  # the stopping rule's width of the median's 95 % interval
+    max_time_s: float = 1.0  # its cap on the sampling phase, once the floors are in
     noisy_iqr_ratio: float = 0.1
     max_clock_change: float = 0.05  # flag a measurement whose clock range exceeds this fraction
     # Idle between warm-up and sampling: a GPU under its power limit lowers its clock within a
@@ -49,6 +54,15 @@ class TimingSettings:
     def record(self) -> dict:
         """The settings as the run's `settings` record holds them."""
         return asdict(self)
+
+    def rule(self) -> StoppingRule:
+        return StoppingRule(
+            rel_width=self.rel_width,
+            min_samples=self.min_samples,
+            min_time_s=self.min_time_s,
+            max_time_s=self.max_time_s,
+            max_samples=self.max_samples,
+        )
 
 
 @dataclass(frozen=True)
@@ -134,15 +148,18 @@ class Summary:
     min_s: float
     iqr_ratio: float
     noisy: bool
+    stop: Stop | None = None  # how the sampling stopped (None: summarised without the rule)
 
     def columns(self) -> dict:
         """The sampled columns every timed row carries (records.tables' _SAMPLED)."""
+        stopped = self.stop.columns() if self.stop else {"ci_rel_width": None, "stop_reason": None}
         return {
             "n_samples": self.n_samples,
             "median_s": self.median_s,
             "p25_s": self.p25_s,
             "p75_s": self.p75_s,
             "min_s": self.min_s,
+            **stopped,
         }
 
 
@@ -180,9 +197,11 @@ class Measurement:
 
     samples: list[Sample]
     verdict: Verdict
+    stop: Stop | None = None
 
     def summary(self, noisy_iqr_ratio: float) -> Summary:
-        return summarize([s.seconds for s in clean(self.samples)], noisy_iqr_ratio)
+        summary = summarize([s.seconds for s in clean(self.samples)], noisy_iqr_ratio)
+        return replace(summary, stop=self.stop)
 
 
 def measure(
@@ -212,32 +231,38 @@ def measure(
     if settings.cooldown_s > 0:
         time.sleep(settings.cooldown_s)
 
-    # Sampling stops once min_samples undisturbed samples and min_time_s are in; disturbed
-    # samples do not count, and are re-taken up to retake_factor x min_samples of them.
+    # Sampling stops by the rule (experiments.stopping); disturbed samples do not count towards
+    # it, and are re-taken up to retake_factor x min_samples of them.
     disturbance = settings.disturbance
-    max_disturbed = math.ceil(disturbance.retake_factor * settings.min_samples)
+    rule = settings.rule()
+    stopper = Stopper(rule, math.ceil(disturbance.retake_factor * settings.min_samples))
     samples: list[Sample] = []
-    n_clean = 0
+    clean_seconds: list[float] = []
     with (
         backend.nvtx_range(label or f"rooflab/{cache_state}"),
         probe().measuring_phase() as phase,
     ):
         started = time.perf_counter()
-        while len(samples) < settings.max_samples:
+        while True:
             elapsed = time.perf_counter() - started
-            enough = n_clean >= settings.min_samples or len(samples) - n_clean >= max_disturbed
-            if enough and elapsed >= settings.min_time_s:
+            n_disturbed = len(samples) - len(clean_seconds)
+            stop = stopper.check(clean_seconds, n_disturbed, elapsed)
+            if stop is not None:
                 break
             if cache_state == CacheState.COLD:
                 backend.flush_cache()  # outside the timed region
                 backend.synchronize()
             sample = take_sample(backend, call, disturbance, timer)
             samples.append(sample)
-            n_clean += not sample.disturbed
+            if not sample.disturbed:
+                clean_seconds.append(sample.seconds)
             if progress:
                 progress.update(f"{len(samples)} sample{'' if len(samples) == 1 else 's'}")
+    stop = stopper.final(clean_seconds or [s.seconds for s in samples], stop.reason)
+    if progress and (note := stop.note(rule)):
+        progress.note(note)
     verdict = judge_samples(samples, phase, backend, settings.min_samples, disturbance)
-    return Measurement(samples, verdict)
+    return Measurement(samples, verdict, stop)
 
 
 def judge_samples(

@@ -7,7 +7,8 @@ import pyarrow as pa
 
 # 2: disturbance (per sample: run-queue wait, CPU time, involuntary switches, `disturbed`; per
 # measurement: the verdict and what other processes used; per run: the quiet check).
-SCHEMA_VERSION = 2
+# 3: the stopping rule (per timed point, sweep point and ceiling: ci_rel_width, stop_reason).
+SCHEMA_VERSION = 3
 
 _S, _F, _I, _B, _T = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.timestamp("us", "UTC")
 
@@ -24,8 +25,12 @@ _DISTURBANCE = [
     ("gpu_other_processes", _I),
 ]
 
+# How sampling stopped (experiments.stopping): the width of the median's 95 % interval over the
+# median when it stopped, and why (converged, time_cap, sample_cap, retakes).
+_STOPPED = [("ci_rel_width", _F), ("stop_reason", _S)]
 # A timed point's samples: how many its statistics used, and their quantiles (s).
 _SAMPLED = [("n_samples", _I), ("median_s", _F), ("p25_s", _F), ("p75_s", _F), ("min_s", _F)]
+_SAMPLED += _STOPPED
 # The SM clock over a measurement's condition readings (before, during, after), and its flags:
 # clock range above the configured fraction, thermal or power cap seen, every clock-event reason
 # seen. Null where no SM clock was read (CPU).
@@ -104,8 +109,11 @@ TABLES: dict[str, pa.Schema] = {
             ("n_points", _I),
             *_SM_CLOCK,
             # The samples behind the value: the sweep point or FMA round that gave it, or the
-            # library GEMM's configuration.
+            # library GEMM's configuration; how they stopped; the rounds that agreed on it.
             ("config_id", _S),
+            *_STOPPED,
+            ("n_rounds", _I),
+            ("round_spread", _F),
             *_DISTURBANCE,
         ]
     ),
@@ -123,6 +131,7 @@ TABLES: dict[str, pa.Schema] = {
             ("window_s", _F),
             ("iqr_ratio", _F),
             ("level", _S),
+            *_STOPPED,
             *_DISTURBANCE,
         ]
     ),
@@ -201,12 +210,10 @@ TABLES: dict[str, pa.Schema] = {
             *_DISTURBANCE,
         ]
     ),
-    # Measured stage overlap (docs/timelines.md): one row per scenario and schedule ("serial":
-    # the stages one after another; "overlapped": side by side, CPU threads on disjoint cores or
-    # GPU streams), its measured time beside the bound that schedule cannot beat
-    # (`bound_kind`: critical_path for serial, aggregate for overlapped) and both bounds, on the
-    # ceilings (C, B) the stages were sized from. `beats_bound`: faster than its bound by more
-    # than the noise, a bug in a ledger or a ceiling.
+    # Measured stage overlap (docs/timelines.md): per scenario and schedule (serial; overlapped on
+    # disjoint cores or GPU streams), its time beside the bound it cannot beat (`bound_kind`) and
+    # both bounds, on the ceilings (C, B) the stages were sized from. `beats_bound`: faster than
+    # its bound by more than the noise, a bug in a ledger or a ceiling.
     "stage_schedules": pa.schema(
         [
             ("run_id", _S),
@@ -250,13 +257,10 @@ TABLES: dict[str, pa.Schema] = {
             *_DISTURBANCE,
         ]
     ),
-    # A decode-like step timed per mode (docs/timelines.md): "eager" (one launch or call per
-    # op), "graph" (the same step captured once in a CUDA Graph and replayed; GPU only), "fused"
-    # (the elementwise ops as one kernel; on a CPU the whole step as one numba call). step_s:
-    # host-observed wall time per step, launch to synchronise (median of the samples; quantiles
-    # in _SAMPLED); busy_s: the sum of the kernels' (calls') own times in one instrumented step;
-    # gap_s = step_s - busy_s; kernels: launches (calls) per step; flops and bytes: the step's
-    # ledger (cold-cache bytes of that mode's passes); `busy_method` says how busy was measured.
+    # A decode-like step timed per mode (docs/timelines.md: eager, graph, fused). step_s: host
+    # wall time per step, launch to synchronise (the samples' median); busy_s: the kernels' own
+    # times summed in one instrumented step (`busy_method`: how); gap_s = step_s - busy_s;
+    # kernels: launches (calls) per step; flops and bytes: the step's ledger (cold-cache bytes).
     "timeline_steps": pa.schema(
         [
             ("run_id", _S),
@@ -372,12 +376,10 @@ TABLES: dict[str, pa.Schema] = {
             ("pairing_error", _S),
         ]
     ),
-    # Derived (not measured): written by the roofline step, one row per GEMM point and memory
-    # level; run_id is the GEMM timing run the point belongs to. Recomputable at any time.
-    # q_source "model": the cold-cache ledger's bytes at one level. q_source "counters": counted
-    # bytes, one row per level (each level's intensity against its own ceiling), from a trusted
-    # calibration and a replay paired with the timing of the matching cache state; the columns
-    # after `efficiency` are null on model rows.
+    # Derived by the roofline step, one row per timed point and memory level (run_id: its timing
+    # run). q_source "model": the cold-cache ledger's bytes; "counters": counted bytes per level
+    # (each against its own ceiling), from a trusted calibration and a replay paired with the
+    # timing of the matching cache state; the columns after `efficiency` are null on model rows.
     "roofline_points": pa.schema(
         [
             ("run_id", _S),
@@ -448,11 +450,9 @@ TABLES: dict[str, pa.Schema] = {
             ("unit", _S),
         ]
     ),
-    # Derived, per ceilings run and `stages` scenario of the config: one row per stage (position:
-    # the order of the critical-path schedule) with its ledger, own bound max(F/C, Q/B), start
-    # and finish on the schedule (s), and the scenario's critical-path and aggregate bounds,
-    # on the run's measured ceilings (compute_path at peak_flops_per_s, memory_level at
-    # bandwidth_b_per_s).
+    # Derived, per ceilings run and `stages` scenario: one row per stage (position: its order on
+    # the critical-path schedule): ledger, own bound max(F/C, Q/B), start and finish (s), and the
+    # scenario's critical-path and aggregate bounds on the run's measured ceilings.
     "stage_bounds": pa.schema(
         [
             ("run_id", _S),
@@ -475,8 +475,8 @@ TABLES: dict[str, pa.Schema] = {
             ("bandwidth_b_per_s", _F),
         ]
     ),
-    # Derived: every run the roofline step read (kind: the run's kind). The store
-    # replaces the derived rows of exactly these runs.
+    # Derived: every run the roofline step read (kind: the run's kind); the store replaces the
+    # derived rows of exactly these runs.
     "roofline_inputs": pa.schema([("run_id", _S), ("machine_id", _S), ("kind", _S)]),
 }
 

@@ -1,0 +1,73 @@
+"""The ceilings by the stopping rule and the adaptive sweep against rooflab's fixed budgets before
+them, in one process.
+
+    python benchmarks/ceilings_adaptive.py [--rounds 2] [--backend cpu|cuda]
+
+Runs the whole ceilings measurement with the fixed budgets rooflab used before (ceiling_plan.FIXED:
+4 points per octave everywhere, 5 windows of 50 ms per point, five FMA rounds, library GEMMs
+sampled 1 s) and with today's defaults (CeilingSettings(): adaptive sweep, windows until the
+median's interval is within 3 %), alternated `--rounds` times so that a slow spell of a shared
+machine falls on both. Each side keeps its best value per ceiling (a ceiling is the best sustained
+rate). Prints, per ceiling, both values and new / fixed, and both wall times. Target: every ceiling
+within 3 % of the fixed budgets' (exit status 1 if one is not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rooflab.backends.selection import select_backend
+from rooflab.experiments.ceiling_plan import FIXED, CeilingSettings
+from rooflab.experiments.ceilings import run_ceilings
+
+TOLERANCE = 0.03
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args()
+    backend = select_backend(args.backend)
+    sides = {"fixed": FIXED, "new": CeilingSettings()}
+    best: dict[str, dict[tuple, float]] = {side: {} for side in sides}
+    walls: dict[str, list[float]] = {side: [] for side in sides}
+    points: dict[str, list[int]] = {side: [] for side in sides}
+    for round_ in range(args.rounds):
+        for side, settings in sides.items():
+            started = time.perf_counter()
+            tables = run_ceilings(backend, settings)
+            walls[side].append(time.perf_counter() - started)
+            points[side].append(len(tables["ceiling_sweep"]))
+            for row in tables["ceilings"]:
+                key = (row["kind"], row["name"], row["kernel"])
+                best[side][key] = max(best[side].get(key, 0.0), row["value"])
+            print(f"round {round_ + 1} {side}: {walls[side][-1]:.1f} s", file=sys.stderr)
+
+    missed = 0
+    print(f"{'ceiling':<34} {'fixed':>12} {'new':>12} {'new/fixed':>10}")
+    for key in sorted(best["fixed"]):
+        fixed, new = best["fixed"][key], best["new"].get(key)
+        if new is None:
+            print(f"{' '.join(key):<34} {fixed:12.4g} {'missing':>12}")
+            missed += 1
+            continue
+        ratio = new / fixed
+        off = abs(ratio - 1) > TOLERANCE
+        missed += off
+        unit = 1e9
+        flag = "  <- off by more than 3 %" if off else ""
+        print(f"{' '.join(key):<34} {fixed / unit:12.2f} {new / unit:12.2f} {ratio:10.3f}{flag}")
+    for side in sides:
+        wall = ", ".join(f"{w:.1f}" for w in walls[side])
+        sweep = ", ".join(map(str, points[side]))
+        print(f"{side}: wall {wall} s; sweep points {sweep}")
+    ratio = min(walls["new"]) / min(walls["fixed"])
+    print(f"wall time new / fixed: {ratio:.2f}; ceilings off by more than 3 %: {missed}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
