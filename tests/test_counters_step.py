@@ -119,6 +119,16 @@ def test_cpu_step_with_perf_for_real(timed):
     _still_model_points(timed, tables)
 
 
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed here")
+def test_perf_runs_every_child_where_an_event_counts(timed):
+    """The probe of `true` only stops the step where nothing counts: task-clock (a software event,
+    counted on a VM too) gets a child per selected configuration, each with its count."""
+    tables = _count(timed, CounterSettings(perf_events=("task-clock",)))
+    counted = [r for r in tables["counters"] if r["metric"] == "task-clock"]
+    assert len({r["config_id"] for r in counted}) >= 2
+    assert all(r["status"] == "ok" and r["value"] > 0 for r in counted)
+
+
 def test_perf_scopes_its_counts_to_the_measured_call(tmp_path):
     """--control: events enabled only around the child's call. task-clock (a software event, which
     this VM counts) of the measured call is far below the whole child's."""

@@ -12,9 +12,9 @@ sweep's GEMMs, a workload's cases), calibrated and paired, or `unavailable` with
   case's executed FLOPs, else its useful ones, on its dtype's FMA path), and the replay is
   paired with the timing of the matching cache state in the timing run the step was given.
 - CPU backend: `perf stat` around the same child, its events enabled only around the measured
-  call (`--control`); events perf counts are recorded with what follows from them (IPC, an
-  LLC-miss byte *estimate*), events it cannot count as unavailable with perf's words. No FLOP
-  count is derived on a CPU, so no CPU counts reach a Roofline point.
+  call (`--control`); counted events with what follows from them (IPC, an LLC-miss byte
+  *estimate*), the others unavailable with perf's words (where none counts even around `true`,
+  no child runs). No FLOP count is derived on a CPU, so no CPU counts reach a Roofline point.
 
 A tool that is missing, not permitted, or failing gives an `unavailable` status row with the
 tool's own words and stops the step (the next profile would fail the same way); the job still
@@ -107,11 +107,8 @@ class CounterSettings:
 
 def status_row(run_id: str, config_id: str | None, status: str, reason: str | None, **extra):
     """A row of `counters` with no metric: how one profile (or the whole step) went."""
-    return {
-        "run_id": run_id,
-        "config_id": config_id,
-        "scope": "range" if config_id else "run",
-        "metric": None,
+    scope = "range" if config_id else "run"
+    return {"run_id": run_id, "config_id": config_id, "scope": scope, "metric": None} | {
         "status": status,
         "reason": reason,
         **extra,
@@ -420,6 +417,12 @@ class _PerfStep:
         line, note = llc_line_bytes(), pmu_note()
         common = {"tool": "perf", "tool_version": tool_version}
         common["metrics_requested"] = ",".join(settings.perf_events)
+        if configs and (probe := self.nothing_counts()) is not None:
+            # Nothing counts even around `true` (a VM without a PMU): perf's answer is recorded
+            # for the first configuration, and no child is started (a second each).
+            c.progress.start(f"{configs[0].short_id} perf stat")
+            c.tables["counters"].extend(self.rows(configs[0], probe, line, note, common))
+            return
         for config in configs:
             c.progress.start(f"{config.short_id} perf stat")
             stat = self.measure(config)
@@ -431,6 +434,17 @@ class _PerfStep:
             c.tables["counters"].extend(rows)
             if rows[-1]["status"] == "unavailable":
                 return  # nothing counted: the next configuration meets the same PMU and perf
+
+    def nothing_counts(self) -> PerfStat | None:
+        """What perf said of `true` where none of the events counts (or perf fails); None where
+        one counts, or perf cannot run at all (measure says why)."""
+        settings = self.c.settings
+        command = perf_stat_command(settings.perf_events, ["true"], perf=settings.perf)
+        stat = run_perf_stat(command, min(settings.timeout_s, 60))
+        if isinstance(stat, Unavailable):
+            return None
+        counted = any(count.status == "counted" for count in stat.counts.values())
+        return None if counted and not stat.returncode else stat
 
     def measure(self, config: CountTarget) -> PerfStat | Unavailable:
         settings = self.c.settings
