@@ -31,14 +31,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from rooflab.backends.cpu import CpuBackend
 from rooflab.comparison import MIN_HISTORY
+from rooflab.config import validate_config
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
 from rooflab.records import write_run
 from rooflab.store import connect_read_only, ingest
 from rooflab.store.comparisons import compare_runs
 
+REPO = Path(__file__).resolve().parents[1]
 SWEEP = {
     "m": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
     "n": [1024],
@@ -48,7 +52,9 @@ SWEEP = {
     "cache_states": ["warm", "cold"],
     "seed": 0,
 }
-TIMING = TimingSettings(warmup_s=0.1, min_time_s=0.3, min_samples=10)  # config/config.yaml's
+# The default campaign's timing (config/config.yaml, defaults filled in).
+_CONFIG = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+TIMING = TimingSettings.from_config(_CONFIG["timing"], _CONFIG["disturbance"])
 
 
 @contextlib.contextmanager
