@@ -12,7 +12,12 @@ import duckdb
 import numpy as np
 import pytest
 
-from rooflab.comparison import across_keys_effect, compare_samples, compare_summaries
+from rooflab.comparison import (
+    across_keys_effect,
+    compare_samples,
+    compare_summaries,
+    within_run_effect,
+)
 from rooflab.store.comparisons import _changed
 from tests.conftest import run_rooflab
 
@@ -188,3 +193,40 @@ def test_an_effect_past_100_percent_is_a_valid_one():
     assert compare_samples(base, 3 * twice, min_effect=1.36).verdict == "slower"
     with pytest.raises(ValueError, match="min_effect"):
         compare_samples(base, twice, min_effect=-0.1)
+
+
+def test_the_rounds_of_each_run_set_the_effect_until_the_history_does():
+    rng = np.random.default_rng(5)
+    base = rng.lognormal(np.log(1e-3), 0.01, 200)
+    cand = rng.lognormal(np.log(1.1e-3), 0.01, 200)  # 10 % slower, tight samples
+    steady = ([1.00e-3, 1.004e-3], [1.10e-3, 1.098e-3])  # each run's rounds within 0.4 %
+    drifting = ([1.0e-3, 1.08e-3], [1.05e-3, 1.14e-3])  # rounds 8 % apart inside each run
+    assert within_run_effect(*steady) < 0.05
+    assert compare_samples(base, cand, rounds=steady).verdict == "slower"
+    judged = compare_samples(base, cand, rounds=drifting)
+    assert judged.verdict == "same" and judged.effect == pytest.approx(within_run_effect(*drifting))
+    # t(2 dof) x the pooled spread of the log round medians x sqrt(1/2 + 1/2)
+    logs = [np.log(side) for side in drifting]
+    pooled = np.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs) / 2)
+    assert within_run_effect(*drifting) == pytest.approx(np.expm1(9.9248 * pooled), rel=1e-3)
+    assert within_run_effect([1e-3], [1e-3, 1.1e-3]) is None  # one round: nothing to say
+    # once the key has a history, its run-to-run spread decides, not the rounds
+    history = [1.0e-3, 1.002e-3, 0.999e-3, 1.001e-3]
+    assert compare_samples(base, cand, history=history, rounds=drifting).verdict == "slower"
+
+
+def test_the_store_judges_a_key_by_its_round_medians(store):
+    """The nap kernel's runs, two rounds each: the stored effect of the newest pair is what its
+    round medians in `samples` give (the key has two earlier runs: no history yet)."""
+    _, second, third = store["runs"]
+    with duckdb.connect(str(store["db"]), read_only=True) as con:
+        medians = dict(
+            con.execute(
+                "SELECT run_id, list(m ORDER BY round) FROM (SELECT run_id, round, "
+                "median(seconds) AS m FROM samples WHERE NOT disturbed GROUP BY ALL) GROUP BY ALL"
+            ).fetchall()
+        )
+        (effect,) = con.execute("SELECT effect FROM comparisons").fetchone()
+    assert len(medians[second]) == len(medians[third]) == 2
+    expected = max(0.05, within_run_effect(medians[second], medians[third]))
+    assert effect == pytest.approx(expected, rel=1e-6)

@@ -2,6 +2,7 @@
 
 import math
 import signal
+import statistics
 import subprocess
 import time
 from dataclasses import replace
@@ -363,3 +364,45 @@ def test_a_cooldown_idles_between_the_warm_up_and_the_first_sample(monkeypatch):
     events.clear()
     measure(lambda: events.append("call"), backend, replace(rested, cooldown_s=0), "warm")
     assert events == ["call"] * 4
+
+
+def test_a_sweep_is_timed_in_rounds_spread_over_the_run(backend):
+    """Round 1 times every point, then round 2 and 3 again; each point pools its rounds, and
+    its samples say which round took them."""
+    rounds = replace(FAST, rounds=3, min_samples=6)
+    tables = run_gemm_sweep(backend, "s", _sweep(m=[3, 9], dtypes=["fp64"], layouts=["nn"]), rounds)
+    samples = tables["samples"]
+    times = {}
+    for row in samples:
+        key = (row["config_id"], row["cache_state"])
+        times.setdefault(key, {}).setdefault(row["round"], []).append(row)
+    assert len(tables["gemm_points"]) == len(times) == 4
+    for point in tables["gemm_points"]:
+        by_round = times[(point["config_id"], point["cache_state"])]
+        assert sorted(by_round) == [0, 1, 2] and point["n_rounds"] == 3
+        every = [r for rows in by_round.values() for r in rows]
+        assert sorted(r["sample_idx"] for r in every) == list(range(len(every)))
+        clean_rows = [r for r in every if not r["disturbed"]]
+        assert point["n_samples"] == len(clean_rows)
+        assert all(len(rows) >= 6 for rows in by_round.values())  # a round's floor: 6
+        medians = [statistics.median(r["seconds"] for r in rows if not r["disturbed"])
+                   for rows in by_round.values()]  # fmt: skip
+        assert point["round_spread"] == pytest.approx(max(medians) / min(medians) - 1)
+        assert point["median_s"] == pytest.approx(
+            statistics.median(r["seconds"] for r in clean_rows)
+        )
+    # the rounds follow one another over the whole sweep, not point by point
+    order = [(r["config_id"], r["round"]) for r in samples]
+    firsts = {key: order.index(key) for key in dict.fromkeys(order)}
+    assert max(v for (_, n), v in firsts.items() if n == 0) < min(
+        v for (_, n), v in firsts.items() if n == 1
+    )
+
+
+def test_a_round_splits_the_sample_floor_but_keeps_an_interval():
+    from rooflab.experiments.rounds import round_timing
+
+    assert round_timing(TimingSettings(min_samples=10, rounds=2)).min_samples == 6
+    assert round_timing(TimingSettings(min_samples=30, rounds=2)).min_samples == 15
+    assert round_timing(TimingSettings(min_samples=3, rounds=2)).min_samples == 3
+    assert round_timing(TimingSettings(min_samples=10, rounds=1)).min_samples == 10

@@ -30,6 +30,7 @@ def test_write_run_is_one_folder_of_parquet_files(tmp_path):
             "cpu_s": 2.1e-3,
             "involuntary_switches": 0,
             "disturbed": False,
+            "round": 0,
         }
     ]
     run_dir = write_run(tmp_path, run_id, {"samples": rows, "gemm_points": []})

@@ -34,9 +34,12 @@ timing:
   warmup_s: 0.01
   warmup_min_calls: 1
   min_time_s: 0.02
-  # enough samples that a cold tiny GEMM's 2x change clears its interval (3 left it in doubt)
+  # enough samples that a cold tiny GEMM's 2x change clears its interval (3 left it in doubt),
+  # in one round: two rounds of a cold tiny GEMM can differ enough that, with no history yet,
+  # a 2x change is within what the rounds allow (comparison.within_run_effect)
   min_samples: 20
   max_samples: 40
+  rounds: 1
 disturbance:
   max_other_cpus: 1000000.0
   max_steal_fraction: 1.0

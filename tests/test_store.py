@@ -261,6 +261,7 @@ def big_gemm_run(out, started_at, n_samples_rows):
             "cpu_s": np.full(n_samples_rows, 1e-5),
             "involuntary_switches": np.zeros(n_samples_rows, dtype=np.int64),
             "disturbed": np.zeros(n_samples_rows, dtype=bool),
+            "round": np.zeros(n_samples_rows, dtype=np.int64),
         },
         schema=TABLES["samples"],
     )

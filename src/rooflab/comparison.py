@@ -14,8 +14,10 @@ quantiles), and the Mann-Whitney U test's p-value (scipy). The verdict:
 
 The effect is `min_effect`, or more where runs differ more without cause: the key's own earlier
 runs (`run_to_run_effect`: a 99 % prediction bound of the difference of two runs from the spread
-of its earlier runs' medians, once there are three), and the other keys of the same two runs
-(`across_keys_effect`: a 99 % bound from how widely their ratios spread, with eight keys or
+of its earlier runs' medians, once there are three); until then, its rounds within each of the
+two runs (`within_run_effect`: the same bound from how far its round medians spread inside a run,
+the rounds being spread over the run as asv's processes are); and the other keys of the same two
+runs (`across_keys_effect`: a 99 % bound from how widely their ratios spread, with eight keys or
 more). A run's samples vary less than
 runs do (a rerun lands on other pages, another clock, other neighbours on a shared host), so the
 samples alone cannot say what a rerun would show.
@@ -85,6 +87,27 @@ def run_to_run_effect(history, confidence: float = RUN_CONFIDENCE) -> float | No
     return math.expm1(stats.t.ppf(0.5 + confidence / 2, logs.size - 1) * spread * math.sqrt(2))
 
 
+def within_run_effect(
+    baseline_rounds, candidate_rounds, confidence: float = RUN_CONFIDENCE
+) -> float | None:
+    """The change two runs of a key show without cause, from the medians of its rounds inside
+    each run (rounds spread over a run see the machine's slow drift, which a rerun meets too):
+    the `confidence` prediction bound of the difference of the two runs' mean log medians,
+    t(dof) · s · √(1/R_b + 1/R_c), s pooled over both runs' rounds (dof = R_b + R_c - 2). None
+    with fewer than two rounds in either run."""
+    from scipy import stats
+
+    sides = [
+        np.log([m for m in side if m and m > 0]) for side in (baseline_rounds, candidate_rounds)
+    ]
+    if any(side.size < 2 for side in sides):
+        return None
+    dof = sum(side.size - 1 for side in sides)
+    pooled = math.sqrt(sum(float(((side - side.mean()) ** 2).sum()) for side in sides) / dof)
+    scale = math.sqrt(sum(1 / side.size for side in sides))
+    return math.expm1(stats.t.ppf(0.5 + confidence / 2, dof) * pooled * scale)
+
+
 def across_keys_effect(ratios, confidence: float = RUN_CONFIDENCE) -> float | None:
     """The change a key shows without cause between two runs, from how far the ratios of all
     the keys of those two runs (candidate / baseline medians, at least MIN_KEYS) spread around
@@ -106,10 +129,12 @@ def compare_samples(
     min_effect: float = MIN_EFFECT,
     confidence: float = CONFIDENCE,
     history=(),
+    rounds=((), ()),
 ) -> Compared:
     """Two runs' sample times (s, or time per unit of work: any positive measure where more is
     slower) compared as the module says; `history`: the medians of the key's earlier runs, whose
-    spread (run_to_run_effect) raises the minimum effect on a machine whose runs differ."""
+    spread (run_to_run_effect) raises the minimum effect on a machine whose runs differ;
+    `rounds`: the medians of each run's rounds (within_run_effect), used until the history is."""
     from scipy import stats
 
     # The effect is a ratio's distance from 1: a user's is a few %, but the spread of a wild
@@ -139,7 +164,10 @@ def compare_samples(
     ratio = math.exp(float(np.median(differences)))
     low, high = math.exp(differences[k]), math.exp(differences[differences.size - 1 - k])
     p_value = float(stats.mannwhitneyu(c, b, alternative="two-sided").pvalue)
-    effect = max(min_effect, run_to_run_effect(history) or 0.0)
+    spread = run_to_run_effect(history)
+    if spread is None:
+        spread = within_run_effect(*rounds)
+    effect = max(min_effect, spread or 0.0)
     verdict = _verdict(low, high, effect)
     return Compared(*medians, ratio, low, high, p_value, verdict, "samples", None, effect)
 

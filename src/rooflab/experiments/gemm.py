@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from rooflab.backends.base import Backend, BackendError
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import close_run, conditions_row, quiet_check, timed_point
+from rooflab.experiments.rounds import TimedPoint
+from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings
 from rooflab.model import gemm_ledger, tensor_bytes
 from rooflab.progress import Progress
@@ -126,8 +127,7 @@ def _run_gemm_sweep(
     if timing is not None:
         progress.update("checking that the machine is quiet")
         quiet = quiet_check(backend, timing.disturbance, f"gemm {name}")
-        timings = len(configs) * len(sweep["cache_states"])
-        progress.plan([planned_timing_s(timing)] * timings)
+        progress.plan([t for _ in configs for t in _planned(timing, sweep)])
     else:  # a check's cost is not planned: the ETA follows the checks done
         progress.plan([1.0] * len(configs), seconds_per_unit=None)
     started = utc_now()
@@ -135,24 +135,38 @@ def _run_gemm_sweep(
     if timing is not None:
         tables.update(samples=[], gemm_points=[])
     tables["conditions"].append(conditions_row(backend, run_id, "before"))
-    # The GEMM library's pool at an explicit size for the whole sweep (recorded per point).
+    points: dict[tuple[str, str], TimedPoint] = {}  # every timed point, in sweep order
+    # The GEMM library's pool at an explicit size for the whole sweep (recorded per point). Round
+    # 1 checks each configuration, then times the ones that passed; later rounds time those
+    # again, on operands made anew from the same seed (experiments.rounds).
     with backend.limited_library_threads() as threads:
-        for config in configs:
-            if timing is None:
-                progress.start(config.short_id)
-            operands = backend.gemm_operands(
-                config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
-            )
-            if passed_config_ids is None and not _check_config(
-                backend, config, operands, run_id, sweep["seed"], tables
-            ):
-                if timing is not None:  # its timings leave the plan
-                    progress.drop(len(sweep["cache_states"]) * [planned_timing_s(timing)])
-                continue  # a wrong result is recorded, never timed
-            if timing is not None:
-                _time_config(
-                    backend, config, operands, sweep, timing, run_id, tables, progress, threads
+        for round_index in range(timing.rounds if timing is not None else 1):
+            for config in configs:
+                if round_index and (config.config_id, sweep["cache_states"][0]) not in points:
+                    continue  # failed its check
+                if timing is None:
+                    progress.start(config.short_id)
+                operands = backend.gemm_operands(
+                    config.m, config.n, config.k, config.dtype, config.layout, sweep["seed"]
                 )
+                if (
+                    round_index == 0
+                    and passed_config_ids is None
+                    and not _check_config(backend, config, operands, run_id, sweep["seed"], tables)
+                ):
+                    if timing is not None:  # its timings leave the plan
+                        progress.drop(_planned(timing, sweep))
+                    continue  # a wrong result is recorded, never timed
+                if timing is not None:
+                    _time_config(backend, config, operands, sweep, timing, run_id, tables,
+                                 progress, points)  # fmt: skip
+                del operands
+    if timing is not None:
+        for (config_id, _), point in points.items():
+            config = next(c for c in configs if c.config_id == config_id)
+            tables["gemm_points"].append(
+                _point_row(backend, config, point, timing, run_id, threads)
+            )
     settings = {"sweep": sweep, "timing": timing.record() if timing else None}
     kind = "correctness" if timing is None else "gemm"
     return close_run(
@@ -199,38 +213,43 @@ def _check_config(backend, config, operands, run_id, seed, tables) -> bool:
     return all(check.passed for check in checks)
 
 
-def _time_config(
-    backend, config, operands, sweep, timing, run_id, tables, progress, threads
-) -> None:
-    ids = {"run_id": run_id, "config_id": config.config_id}
-    shape = {"m": config.m, "n": config.n, "k": config.k}
+def _planned(timing: TimingSettings, sweep: dict) -> list[float]:
+    """The planned seconds of one configuration's timings: every cache state in every round."""
+    return [planned_timing_s(timing)] * len(sweep["cache_states"]) * timing.rounds
+
+
+def _time_config(backend, config, operands, sweep, timing, run_id, tables, progress, points):
+    """One round of a configuration: each cache state timed once more (points: the sweep's
+    TimedPoint per configuration and cache state)."""
     ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
     for cache_state in sweep["cache_states"]:
-        progress.start(f"{config.short_id} {cache_state}", planned_timing_s(timing))
-        point = timed_point(
-            backend,
-            lambda: backend.matmul(operands),
-            config.config_id,
-            cache_state,
-            timing,
-            tables,
-            run_id=run_id,
-            flops=ledger.flops,
+        point = points.setdefault(
+            (config.config_id, cache_state), TimedPoint(config.config_id, cache_state, ledger.flops)
+        )
+        rounds = f" round {len(point.measurements) + 1}" if timing.rounds > 1 else ""
+        progress.start(f"{config.short_id} {cache_state}{rounds}", planned_timing_s(timing))
+        point.time_round(
+            backend, lambda: backend.matmul(operands), timing, tables, run_id=run_id,
             progress=progress,
-        )
-        tables["gemm_points"].append(
-            {
-                **ids,
-                "sweep": config.sweep,
-                **shape,
-                "dtype": config.dtype,
-                "x_dtype": config.dtype,
-                "w_dtype": config.dtype,
-                "y_dtype": config.dtype,
-                "layout": config.layout,
-                "flops": ledger.flops,
-                "bytes_model": ledger.bytes,
-                "threads": threads,
-                **point,
-            }
-        )
+        )  # fmt: skip
+
+
+def _point_row(backend, config, point: TimedPoint, timing, run_id, threads) -> dict:
+    ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
+    return {
+        "run_id": run_id,
+        "config_id": config.config_id,
+        "sweep": config.sweep,
+        "m": config.m,
+        "n": config.n,
+        "k": config.k,
+        "dtype": config.dtype,
+        "x_dtype": config.dtype,
+        "w_dtype": config.dtype,
+        "y_dtype": config.dtype,
+        "layout": config.layout,
+        "flops": ledger.flops,
+        "bytes_model": ledger.bytes,
+        "threads": threads,
+        **point.columns(backend, timing),
+    }

@@ -6,16 +6,8 @@ import json
 from datetime import datetime
 
 from rooflab.backends.base import Backend
-from rooflab.conditions.disturbance import (
-    DisturbanceSettings,
-    QuietCheck,
-    add_gpu_processes,
-    wait_for_quiet,
-)
-from rooflab.conditions.nvml import clock_flags
-from rooflab.experiments.timing import measure, sample_rows
+from rooflab.conditions.disturbance import DisturbanceSettings, QuietCheck, wait_for_quiet
 from rooflab.records import SCHEMA_VERSION, git_state, stable_hash, utc_now
-from rooflab.vocabulary import CacheState
 
 
 def run_row(
@@ -107,43 +99,3 @@ def _as_row(run_id: str, reading: dict) -> dict:
     reading = dict(reading)
     reading["unavailable"] = json.dumps(reading.get("unavailable") or {}, sort_keys=True)
     return {"run_id": run_id, **reading}
-
-
-def timed_point(
-    backend: Backend,
-    call,
-    config_id: str,
-    cache_state: str,
-    timing,
-    tables,
-    *,
-    run_id: str,
-    flops: int,
-    progress=None,
-) -> dict:
-    """Time `call` in one cache state with condition readings around it (a GEMM configuration or
-    a workload case alike): its readings and samples are appended to `tables`; returned are the
-    point's timing columns (sample summary, FLOP/s, flush, clock flags, disturbance verdict)."""
-    before = conditions_row(backend, run_id, "before", config_id)
-    with backend.sampling_conditions(config_id) as during:
-        measured = measure(
-            call, backend, timing, cache_state, progress, label=f"{config_id}/{cache_state}"
-        )
-    readings = [before, *during_rows(run_id, during)]
-    readings.append(conditions_row(backend, run_id, "after", config_id))
-    tables["conditions"].extend(readings)
-    tables["samples"].extend(
-        sample_rows(run_id, config_id, cache_state, measured.samples, flops, "FLOP")
-    )
-    summary = measured.summary(timing.noisy_iqr_ratio)
-    cold = cache_state == CacheState.COLD
-    return {
-        "cache_state": cache_state,
-        **summary.columns(),
-        "achieved_flops_per_s": flops / summary.median_s,
-        "noisy": summary.noisy,
-        "flush_method": backend.flush_method if cold else None,
-        "flush_bytes": backend.flush_bytes if cold else 0,
-        **clock_flags(readings, timing.max_clock_change),
-        **add_gpu_processes(measured.verdict, readings).columns(),
-    }

@@ -39,6 +39,9 @@ class TimingSettings:
     max_samples: int = 10000
     rel_width: float = 0.03  # the stopping rule's width of the median's 95 % interval
     max_time_s: float = 1.0  # its cap on the sampling phase, once the floors are in
+    # A sweep's or workload's points are timed in this many rounds spread over the run
+    # (experiments.rounds); min_samples is split over them.
+    rounds: int = 2
     noisy_iqr_ratio: float = 0.1
     max_clock_change: float = 0.05  # flag a measurement whose clock range exceeds this fraction
     # Idle between warm-up and sampling: a GPU under its power limit lowers its clock within a
@@ -117,15 +120,25 @@ def clean(samples: list[Sample]) -> list[Sample]:
 
 
 def sample_rows(
-    run_id: str, config_id: str, cache_state: str, samples: list[Sample], amount: float, unit: str
+    run_id: str,
+    config_id: str,
+    cache_state: str,
+    samples: list[Sample],
+    amount: float,
+    unit: str,
+    *,
+    round_index: int | None = None,
+    first_idx: int = 0,
 ) -> list[dict]:
-    """`samples` table rows; `amount` is the work of each timed interval in `unit` (FLOP or B)."""
+    """`samples` table rows; `amount` is the work of each timed interval in `unit` (FLOP or B);
+    a round after the first (experiments.rounds) numbers its samples on from `first_idx`."""
     return [
         {
             "run_id": run_id,
             "config_id": config_id,
             "cache_state": cache_state,
-            "sample_idx": i,
+            "sample_idx": first_idx + i,
+            "round": round_index,
             "seconds": s.seconds,
             "clock_mhz": s.clock_mhz,
             "amount": amount,

@@ -16,7 +16,8 @@ import numpy as np
 
 from rooflab.backends.base import Backend
 from rooflab.experiments.machine_lock import measuring
-from rooflab.experiments.runs import close_run, conditions_row, quiet_check, timed_point
+from rooflab.experiments.rounds import TimedPoint
+from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
@@ -92,7 +93,7 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
     progress.update("checking that the machine is quiet")
     quiet = quiet_check(backend, timing.disturbance, f"workload {name}")
     planned = timing.warmup_s + timing.cooldown_s + timing.min_time_s
-    progress.plan([planned] * len(every_case) * len(cache_states))
+    progress.plan([planned] * len(every_case) * len(cache_states) * timing.rounds)
     started = utc_now()
     tables: dict[str, list[dict]] = {
         "conditions": [conditions_row(backend, run_id, "before")],
@@ -100,20 +101,41 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
         "samples": [],
         "workload_points": [],
     }
+    points: dict[tuple[str, str], TimedPoint] = {}
+    ledgers: dict[str, tuple[int, int | None]] = {}  # config_id -> bytes, executed FLOPs
+    # Round 1 checks each case, then times the ones that passed; later rounds build those again
+    # from the same seed and time them again (experiments.rounds).
     with backend.limited_library_threads() as threads:
-        for case in every_case:
-            workload = build_case(factory, case, backend, spec.get("seed", 0))
-            if not _check(backend, case, workload, run_id, tables):
-                progress.drop([planned] * len(cache_states))
-                continue  # a wrong result is recorded, never timed
-            for cache_state in cache_states:
-                progress.start(f"{case.config_id} {cache_state}", planned)
-                tables["workload_points"].append(
-                    _time(
-                        backend, case, workload, spec, cache_state, timing, run_id, tables, progress
-                    )
-                    | {"threads": threads}
+        for round_index in range(timing.rounds):
+            for case in every_case:
+                if round_index and (case.config_id, cache_states[0]) not in points:
+                    continue  # failed its check
+                workload = build_case(factory, case, backend, spec.get("seed", 0))
+                if round_index == 0 and not _check(backend, case, workload, run_id, tables):
+                    progress.drop([planned] * len(cache_states) * timing.rounds)
+                    continue  # a wrong result is recorded, never timed
+                executed = workload.executed_flops
+                ledgers[case.config_id] = (
+                    int(workload.bytes),
+                    None if executed is None else int(executed),
                 )
+                for cache_state in cache_states:
+                    point = points.setdefault(
+                        (case.config_id, cache_state),
+                        TimedPoint(case.config_id, cache_state, workload.flops),
+                    )
+                    rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
+                    progress.start(f"{case.config_id} {cache_state}{rounds}", planned)
+                    point.time_round(
+                        backend, workload.run, timing, tables, run_id=run_id, progress=progress
+                    )
+                del workload
+    for case in every_case:
+        for cache_state in cache_states:
+            if (case.config_id, cache_state) in points:
+                point = points[(case.config_id, cache_state)]
+                row = _row(case, spec, point, ledgers[case.config_id], backend, timing)
+                tables["workload_points"].append(row | {"run_id": run_id, "threads": threads})
     settings = {"workload": dict(spec), "timing": timing.record()}
     return close_run(
         backend, tables, run_id=run_id, kind="workload", name=name, started_at=started,
@@ -145,28 +167,19 @@ def _check(backend: Backend, case: Case, workload: Workload, run_id: str, tables
     return passed
 
 
-def _time(backend, case, workload, spec, cache_state, timing, run_id, tables, progress) -> dict:
-    point = timed_point(
-        backend,
-        workload.run,
-        case.config_id,
-        cache_state,
-        timing,
-        tables,
-        run_id=run_id,
-        flops=workload.flops,
-        progress=progress,
-    )
+def _row(case, spec, point: TimedPoint, ledger: tuple, backend, timing) -> dict:
+    """A case's workload_points row: its ledger (useful FLOPs, bytes, executed FLOPs) and its
+    timing columns over every round."""
+    bytes_model, executed_flops = ledger
     return {
-        "run_id": run_id,
         "config_id": case.config_id,
         "sweep": case.workload,
         "entry": spec["entry"],
         "params": json.dumps(case.params, sort_keys=True),
         "dtype": case.dtype,
         "same_work_as": spec.get("same_work_as"),
-        "flops": int(workload.flops),
-        "bytes_model": int(workload.bytes),
-        "executed_flops": None if workload.executed_flops is None else int(workload.executed_flops),
-        **point,
+        "flops": int(point.flops),
+        "bytes_model": bytes_model,
+        "executed_flops": executed_flops,
+        **point.columns(backend, timing),
     }

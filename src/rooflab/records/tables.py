@@ -7,15 +7,15 @@ import pyarrow as pa
 
 # 2: disturbance (per sample: run-queue wait, CPU time, involuntary switches, `disturbed`; per
 # measurement: the verdict and what other processes used; per run: the quiet check).
-# 3: the stopping rule (per timed point, sweep point and ceiling: ci_rel_width, stop_reason).
+# 3: the stopping rule (ci_rel_width, stop_reason), rounds (samples.round; a timed point's
+# n_rounds and round_spread: its round medians' max / min - 1).
 SCHEMA_VERSION = 3
 
 _S, _F, _I, _B, _T = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.timestamp("us", "UTC")
 
-# What the rest of the machine took from a measurement (conditions.disturbance), on every GEMM
-# point, ceiling-sweep point and ceiling: `disturbed` with its reason, the samples (windows) left
-# out and re-taken, the CPUs other processes used and the share the hypervisor stole while it
-# sampled, and other processes seen on the GPU (null on a CPU).
+# What the rest of the machine took from a measurement (conditions.disturbance): `disturbed` and
+# why, samples (windows) left out and re-taken, other processes' CPUs and the hypervisor's steal
+# while it sampled, other processes seen on the GPU (null on a CPU).
 _DISTURBANCE = [
     ("disturbed", _B),
     ("disturbance", _S),
@@ -31,6 +31,7 @@ _STOPPED = [("ci_rel_width", _F), ("stop_reason", _S)]
 # A timed point's samples: how many its statistics used, and their quantiles (s).
 _SAMPLED = [("n_samples", _I), ("median_s", _F), ("p25_s", _F), ("p75_s", _F), ("min_s", _F)]
 _SAMPLED += _STOPPED
+_ROUNDS = [("n_rounds", _I), ("round_spread", _F)]
 # The SM clock over a measurement's condition readings (before, during, after), and its flags:
 # clock range above the configured fraction, thermal or power cap seen, every clock-event reason
 # seen. Null where no SM clock was read (CPU).
@@ -109,11 +110,10 @@ TABLES: dict[str, pa.Schema] = {
             ("n_points", _I),
             *_SM_CLOCK,
             # The samples behind the value: the sweep point or FMA round that gave it, or the
-            # library GEMM's configuration; how they stopped; the rounds that agreed on it.
+            # library GEMM's configuration; how they stopped; FMA: rounds taken, best two's gap.
             ("config_id", _S),
             *_STOPPED,
-            ("n_rounds", _I),
-            ("round_spread", _F),
+            *_ROUNDS,
             *_DISTURBANCE,
         ]
     ),
@@ -143,17 +143,17 @@ TABLES: dict[str, pa.Schema] = {
             ("sample_idx", _I),
             ("seconds", _F),
             ("clock_mhz", _F),
-            # Work in the timed interval, so that amount / seconds is the sample's rate: FLOP of a
-            # GEMM or an FMA window, B of a bandwidth window.
+            # Work in the timed interval (amount / seconds: the sample's rate; FLOP or B).
             ("amount", _F),
             ("amount_unit", _S),
-            # What the rest of the machine took from the sample, read around it (outside the
-            # timed call): run-queue wait of this process's threads, its CPU time and involuntary
-            # context switches; `disturbed` samples are kept here but left out of the statistics.
+            # What the rest of the machine took from the sample, read around it: this process's
+            # run-queue wait, CPU time and involuntary switches; `disturbed` ones are kept here
+            # but left out of the statistics.
             ("wait_s", _F),
             ("cpu_s", _F),
             ("involuntary_switches", _I),
             ("disturbed", _B),
+            ("round", _I),  # a timed point's round (experiments.rounds); null: one round
         ]
     ),
     "gemm_points": pa.schema(
@@ -171,6 +171,7 @@ TABLES: dict[str, pa.Schema] = {
             ("layout", _S),
             ("cache_state", _S),
             *_SAMPLED,
+            *_ROUNDS,
             ("flops", _I),
             ("bytes_model", _I),
             ("achieved_flops_per_s", _F),
@@ -198,6 +199,7 @@ TABLES: dict[str, pa.Schema] = {
             ("same_work_as", _S),
             ("cache_state", _S),
             *_SAMPLED,
+            *_ROUNDS,
             ("flops", _I),
             ("bytes_model", _I),
             ("executed_flops", _I),
@@ -347,10 +349,9 @@ TABLES: dict[str, pa.Schema] = {
             ("metrics_requested", _S),
         ]
     ),
-    # Counted FLOPs of a GEMM's compute path against its useful work 2MNK, one row per
-    # configuration, replay (cache control) and path; only `trusted` counts reach a Roofline
-    # point. The pairing columns name the timing the replay pairs with (flushed replay <-> cold
-    # timing, no-flush replay <-> warm timing), or say in `pairing_error` why there is none.
+    # Counted FLOPs of a compute path against the useful work, per configuration, replay (cache
+    # control) and path; only `trusted` counts reach a Roofline point. The pairing columns name
+    # the timing the replay pairs with, or say in `pairing_error` why there is none.
     "counter_calibration": pa.schema(
         [
             ("run_id", _S),
@@ -429,8 +430,7 @@ TABLES: dict[str, pa.Schema] = {
             ("executed_flops", _I),
         ]
     ),
-    # Derived, per ceilings run (run_id): the data-cache bytes per level (L1, L2, ...) this
-    # process could fill, summed over the instances its CPUs use; from runs.machine.
+    # Derived, per ceilings run: the data-cache bytes per level this process could fill.
     "cache_capacities": pa.schema(
         [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I)]
     ),

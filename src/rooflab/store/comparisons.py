@@ -72,9 +72,10 @@ def _runs(connection, run_ids: Iterable[str]) -> dict[str, dict]:
     return {row[0]: dict(zip(names, row[1:], strict=True)) for row in rows}
 
 
-def _samples(connection, pairs: list[dict]) -> dict[tuple, tuple[list, list, list]]:
-    """(run_id, config_id, cache_state) -> (seconds per unit of work, clock MHz, amount of work)
-    of the clean samples of every run and key in `pairs`."""
+def _samples(connection, pairs: list[dict]) -> dict[tuple, tuple[list, list, list, list]]:
+    """(run_id, config_id, cache_state) -> (seconds per unit of work, clock MHz, amount of work,
+    the median per unit of work of each round) of the clean samples of every run and key in
+    `pairs` (samples with no round: one round)."""
     wanted = {(p[side], p["config_id"]) for p in pairs for side in ("baseline", "candidate")}
     if not wanted:
         return {}
@@ -82,19 +83,24 @@ def _samples(connection, pairs: list[dict]) -> dict[tuple, tuple[list, list, lis
     try:
         rows = connection.execute(
             "SELECT s.run_id, s.config_id, s.cache_state, s.seconds / coalesce(s.amount, 1), "
-            "s.clock_mhz, coalesce(s.amount, 1) FROM samples AS s "
+            "s.clock_mhz, coalesce(s.amount, 1), coalesce(s.round, 0) FROM samples AS s "
             "JOIN _wanted AS w USING (run_id, config_id) "
             "WHERE NOT coalesce(s.disturbed, false) AND s.seconds > 0 ORDER BY s.sample_idx"
         ).fetchall()
     finally:
         connection.unregister("_wanted")
-    found: dict[tuple, tuple[list, list, list]] = {}
-    for run_id, config_id, cache_state, per_unit, clock, amount in rows:
-        times, clocks, amounts = found.setdefault((run_id, config_id, cache_state), ([], [], []))
+    found: dict[tuple, tuple[list, list, list, list]] = {}
+    by_round: dict[tuple, dict[int, list[float]]] = {}
+    for run_id, config_id, cache_state, per_unit, clock, amount, round_ in rows:
+        key = (run_id, config_id, cache_state)
+        times, clocks, amounts, _ = found.setdefault(key, ([], [], [], []))
         times.append(per_unit)
         amounts.append(amount)
         if clock is not None:
             clocks.append(clock)
+        by_round.setdefault(key, {}).setdefault(round_, []).append(per_unit)
+    for key, rounds in by_round.items():
+        found[key][3].extend(float(np.median(times)) for _, times in sorted(rounds.items()))
     return found
 
 
@@ -275,7 +281,8 @@ def _judge(
         # the baseline's median amount (a point's: its call) at each run's rate
         amount = float(np.median(sides[0][2]))
         base, cand = (np.asarray(side[0]) * amount for side in sides)
-        return compare_samples(base, cand, min_effect, history=history)
+        rounds = (sides[0][3], sides[1][3])
+        return compare_samples(base, cand, min_effect, history=history, rounds=rounds)
     if kind == "point":
         summaries = [(r["low"], r["value"], r["high"]) for r in (base_row, cand_row)]
     else:  # a rate: the time per unit is its inverse, quartiles swapped
