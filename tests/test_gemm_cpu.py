@@ -406,3 +406,7 @@ def test_a_round_splits_the_sample_floor_but_keeps_an_interval():
     assert round_timing(TimingSettings(min_samples=30, rounds=2)).min_samples == 15
     assert round_timing(TimingSettings(min_samples=3, rounds=2)).min_samples == 3
     assert round_timing(TimingSettings(min_samples=10, rounds=1)).min_samples == 10
+    # the time floor and cap split over the rounds, the width wider by sqrt(rounds)
+    four = round_timing(TimingSettings(min_time_s=0.2, max_time_s=1.0, rel_width=0.03, rounds=4))
+    assert (four.min_time_s, four.max_time_s) == (0.05, 0.25)
+    assert four.rel_width == pytest.approx(0.06)

@@ -5,10 +5,12 @@ within a minute); a point's rounds meet different moments of that drift, so its 
 cover them, and the spread of its round medians (`round_spread`) tells `rooflab compare` what a
 rerun may show without cause (comparison.within_run_effect) before the key has a history.
 
-Each round is a whole measurement (warm-up, then samples by the stopping rule) with the floor of
-samples split over the rounds, at least MIN_ROUND_SAMPLES (the fewest with a 95 % interval of
-their median), or the floor itself where it is smaller. The point's row pools every round's
-clean samples; its samples rows carry their round.
+Each round is a whole measurement (warm-up, then samples by the stopping rule), its budgets
+split over the rounds (round_timing): the floor of samples, at least MIN_ROUND_SAMPLES (the
+fewest with a 95 % interval of their median) or the floor itself where it is smaller; the time
+floor and cap; and the width, √rounds wider. The point's row pools every round's clean samples
+(its stop reason: the first round's that fell short, else converged; its width: the pooled
+samples'); its samples rows carry their round.
 """
 
 from __future__ import annotations
@@ -29,9 +31,19 @@ MIN_ROUND_SAMPLES = 6
 
 
 def round_timing(timing: TimingSettings) -> TimingSettings:
-    """The settings of one round: min_samples split over the rounds (see the module)."""
-    split = math.ceil(timing.min_samples / timing.rounds)
-    return replace(timing, min_samples=max(split, min(MIN_ROUND_SAMPLES, timing.min_samples)))
+    """The settings of one round, so that a point's rounds together cost about what one
+    measurement would: min_samples split over the rounds (see the module), the time floor and cap
+    split too, and a width √rounds wider (the pooled samples' interval is about √rounds
+    narrower than one round's)."""
+    rounds = timing.rounds
+    split = math.ceil(timing.min_samples / rounds)
+    return replace(
+        timing,
+        min_samples=max(split, min(MIN_ROUND_SAMPLES, timing.min_samples)),
+        min_time_s=timing.min_time_s / rounds,
+        max_time_s=timing.max_time_s / rounds,
+        rel_width=timing.rel_width * math.sqrt(rounds),
+    )
 
 
 @dataclass
