@@ -97,6 +97,14 @@ def _signed(polygon: Polygon) -> float:
 
 def overlap(a: Polygon, b: Polygon) -> float:
     """The area (px²) two convex polygons share."""
+    # Most pairs a label placement asks about lie apart: their bounding boxes say so cheaply.
+    if (
+        max(x for x, _ in a) <= min(x for x, _ in b)
+        or max(x for x, _ in b) <= min(x for x, _ in a)
+        or max(y for _, y in a) <= min(y for _, y in b)
+        or max(y for _, y in b) <= min(y for _, y in a)
+    ):
+        return 0.0
     part = _clip(a, b)
     return _area(part) if len(part) >= 3 else 0.0
 
