@@ -176,7 +176,8 @@ def test_quick_ceilings_keep_every_window_as_a_sample_behind_each_value(quick_ce
             statistics.median(seconds[i : i + w]) for i in range(0, len(seconds) - w + 1, w)
         )
         assert blas["value"] == pytest.approx(amount / fastest)
-        assert blas["value"] >= amount / statistics.median(seconds)
+        windowed = seconds[: len(seconds) // w * w]  # a short tail is in no window
+        assert blas["value"] >= amount / statistics.median(windowed)
         best = (
             f"best of {len(seconds) // w} medians of {w} consecutive"
             if len(seconds) >= 2 * w

@@ -103,8 +103,8 @@ def test_the_sample_cap_and_the_retakes_stop_it_too():
 
 def test_measure_stores_how_it_stopped():
     backend = CpuBackend()
-    loose = TimingSettings(warmup_s=0.001, min_time_s=0.001, min_samples=8, rel_width=1e6)
-    measured = measure(lambda: None, backend, loose, CacheState.WARM)
+    loose = TimingSettings(warmup_s=0.001, min_time_s=1e-9, min_samples=8, rel_width=1e6)
+    measured = measure(lambda: sum(range(200)), backend, loose, CacheState.WARM)
     assert sum(not s.disturbed for s in measured.samples) == 8
     columns = measured.summary(0.1).columns()
     assert columns["stop_reason"] == "converged" and columns["ci_rel_width"] <= 1e6
@@ -130,8 +130,8 @@ def test_a_full_sweep_starts_from_every_step_an_adaptive_one_from_octaves_and_pl
     assert full == working_set_sizes(16 * KiB, high, 4)
     start = sweep_start(16 * KiB, high, CeilingSettings(), windows)
     assert set(working_set_sizes(16 * KiB, high, COARSE_PER_OCTAVE)) <= set(start)
-    for lo, hi in windows.values():  # each plateau's ends, where they lie in the sweep
-        for end in (lo, hi):
+    for lo, hi in windows.values():  # each plateau's ends (2 % inside), where they lie in it
+        for end in (lo * 1.02, hi * 0.98):
             if 16 * KiB <= end <= high:
                 assert round(end / 1024) * 1024 in start
     assert len(start) < len(full) / 2
@@ -169,3 +169,12 @@ def test_fma_rounds_repeat_only_while_the_best_two_disagree():
     assert not rounds_disagree([100.0, 98.0], 0.03)
     assert rounds_disagree([100.0, 90.0], 0.03)
     assert not rounds_disagree([60.0, 100.0, 98.5], 0.03)  # a slow round does not count
+
+
+def test_a_sweep_point_that_sets_no_ceiling_stops_at_a_looser_width():
+    from rooflab.experiments.ceiling_windows import OFF_PLATEAU_WIDTH, window_rule
+
+    settings = CeilingSettings(rel_width=0.03, windows=6, max_point_s=0.2)
+    on, off = window_rule(settings), window_rule(settings, sets_a_ceiling=False)
+    assert (on.rel_width, on.min_samples, on.max_time_s) == (0.03, 6, 0.2)
+    assert (off.rel_width, off.min_samples, off.max_time_s) == (OFF_PLATEAU_WIDTH, 6, 0.1)

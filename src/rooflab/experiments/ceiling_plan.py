@@ -42,7 +42,7 @@ class CeilingSettings:
     window_s: float = 0.005
     windows: int = 6  # the floor of windows per point or round (6: the fewest with a 95 % interval)
     rel_width: float = 0.03  # stopping rule: the median window's interval within this of it
-    max_point_s: float = 0.25  # stopping rule's cap on one point's (round's) windows
+    max_point_s: float = 0.15  # stopping rule's cap on one point's (round's) windows
     max_rounds: int = 5  # FMA rounds, taken while the best two disagree by more than rel_width
     fma_dtypes: tuple[str, ...] = ("fp64", "fp32")
     blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
@@ -127,10 +127,11 @@ def sweep_start(
     one per octave and each plateau's ends inside [low, high] (refine adds the rest)."""
     if not settings.adaptive:
         return working_set_sizes(low, high, settings.points_per_octave)
+    # 2 % inside each end: a workload's real working set is rounded to whole chunks per thread
     ends = {
         round(end / 1024) * 1024
         for lo, hi in level_windows.values()
-        for end in (lo, hi)
+        for end in (lo * 1.02, hi * 0.98)
         if low <= end <= high
     }
     return sorted(set(working_set_sizes(low, high, COARSE_PER_OCTAVE)) | ends)

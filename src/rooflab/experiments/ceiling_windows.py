@@ -60,12 +60,24 @@ class Windows:
         return sample_rows(run_id, config_id, CacheState.WARM, self.samples, self.amount, self.unit)
 
 
-def window_rule(settings: CeilingSettings) -> StoppingRule:
-    """The stopping rule of one sweep point's or FMA round's windows."""
+# A sweep point off every plateau sets no ceiling: it draws the curve between levels, and its
+# windows stop at a looser width and half the cap (at least 10 %).
+OFF_PLATEAU_WIDTH = 0.1
+
+
+def window_rule(settings: CeilingSettings, sets_a_ceiling: bool = True) -> StoppingRule:
+    """The stopping rule of one sweep point's or FMA round's windows (a point that sets no
+    ceiling: OFF_PLATEAU_WIDTH)."""
+    if sets_a_ceiling:
+        return StoppingRule(
+            rel_width=settings.rel_width,
+            min_samples=settings.windows,
+            max_time_s=settings.max_point_s,
+        )
     return StoppingRule(
-        rel_width=settings.rel_width,
+        rel_width=max(OFF_PLATEAU_WIDTH, settings.rel_width),
         min_samples=settings.windows,
-        max_time_s=settings.max_point_s,
+        max_time_s=settings.max_point_s / 2,
     )
 
 

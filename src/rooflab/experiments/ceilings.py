@@ -34,7 +34,7 @@ from rooflab.experiments.ceiling_plan import (
 from rooflab.experiments.ceiling_windows import Windows, time_workload, window_rule
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
-from rooflab.experiments.stopping import Stop
+from rooflab.experiments.stopping import Stop, StoppingRule
 from rooflab.experiments.timing import clean, fastest_window_median, measure, sample_rows
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
@@ -146,7 +146,7 @@ def _run_ceilings(
     round_rates: dict[str, list[float]] = {dtype: [] for dtype in settings.fma_dtypes}
     rounds = 0
 
-    def timed(workload: CeilingLoad, rate_hint: float | None = None) -> Windows:
+    def timed(workload: CeilingLoad, rate_hint=None, rule: StoppingRule = rule) -> Windows:
         return time_workload(
             backend, workload, settings.window_s, rule, settings.disturbance, rate_hint
         )
@@ -201,7 +201,9 @@ def _run_ceilings(
                     kernel_threads = workload.threads or threads
                     below = [p for p in points.values() if p.working_set <= size]
                     hint = max(below, key=lambda p: p.working_set).rate if below else None
-                    point = _sweep_point(workload, timed(workload, hint), kernel, config_id)
+                    size_rule = window_rule(settings, _on_a_plateau(size, level_windows))
+                    windows = timed(workload, hint, size_rule)
+                    point = _sweep_point(workload, windows, kernel, config_id)
                     points[size] = point
                     tables["samples"].extend(point.windows.sample_rows(run_id, point.point_id))
                     note = " (disturbed)" if point.verdict.disturbed else ""
@@ -326,6 +328,12 @@ def _run_ceilings(
         )
     ]
     return tables
+
+
+def _on_a_plateau(working_set: int, level_windows: dict[str, tuple[int, int]]) -> bool:
+    """Whether a working set lies on a level's plateau (a few % either side: the working set a
+    workload really gets is rounded to whole chunks per thread)."""
+    return any(0.97 * lo <= working_set <= 1.03 * hi for lo, hi in level_windows.values())
 
 
 def _sweep_point(workload: CeilingLoad, windows: Windows, kernel: str, config_id: str):
