@@ -112,8 +112,9 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
     assert re.search(first, ceilings, re.M)
     assert "[ceilings] done: " in ceilings
     timing = (workdir / "logs" / "time_gemm" / "a" / "local.log").read_text()
-    assert "[gemm a] 1/4 fp64/nn/m1_n16_k16 warm (0 s in, " in timing
-    assert "[gemm a] done: 4 of 4 in " in timing
+    # 2 configurations x 2 cache states, each in 2 rounds (timing.rounds)
+    assert "[gemm a] 1/8 fp64/nn/m1_n16_k16 warm round 1 (0 s in, " in timing
+    assert "[gemm a] done: 8 of 8 in " in timing
 
 
 def test_campaign_fills_the_store(campaign):

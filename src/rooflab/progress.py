@@ -251,7 +251,7 @@ class Progress:
         return self.eta.left(self.planned_current, now - self.item_started)
 
     def line(self, now: float | None = None) -> str:
-        """`gemm weight_reuse: 7/44 fp32/nn/m64_n1024_k1024 cold: 3 samples, 12 s left`"""
+        """`gemm weight_reuse: 7/88 fp32/nn/m64_n1024_k1024 cold round 1: 3 samples, 12 s left`"""
         left = self.left(now)
         soon = left is None or left < 0.5
         return f"{self.label}: {self._what()}" + ("" if soon else f", {duration(left)} left")

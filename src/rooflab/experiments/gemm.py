@@ -193,13 +193,7 @@ def _check_config(backend, config, operands, run_id, seed, tables) -> bool:
     for check in checks:
         tables["correctness"].append(
             {
-                "run_id": run_id,
-                "config_id": config.config_id,
-                "sweep": config.sweep,
-                "m": config.m,
-                "n": config.n,
-                "k": config.k,
-                "dtype": config.dtype,
+                **_identity(config, run_id),
                 "layout": config.layout,
                 "metric": check.metric,
                 "error": check.error,
@@ -234,8 +228,8 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
         )  # fmt: skip
 
 
-def _point_row(backend, config, point: TimedPoint, timing, run_id, threads) -> dict:
-    ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
+def _identity(config: GemmConfig, run_id: str) -> dict:
+    """The columns that name a configuration in its run (correctness and gemm_points rows)."""
     return {
         "run_id": run_id,
         "config_id": config.config_id,
@@ -244,6 +238,13 @@ def _point_row(backend, config, point: TimedPoint, timing, run_id, threads) -> d
         "n": config.n,
         "k": config.k,
         "dtype": config.dtype,
+    }
+
+
+def _point_row(backend, config, point: TimedPoint, timing, run_id, threads) -> dict:
+    ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
+    return {
+        **_identity(config, run_id),
         "x_dtype": config.dtype,
         "w_dtype": config.dtype,
         "y_dtype": config.dtype,
