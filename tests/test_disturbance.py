@@ -263,3 +263,19 @@ def test_measure_gemm_json_carries_the_verdict(tmp_path):
         assert (row["disturbance"] is None) == (not row["disturbed"])
         if row["disturbed"]:  # named on stderr too, with its reason
             assert f"disturbed: {row['config_id']} {row['cache_state']}: " in result.stderr
+
+
+def test_what_other_processes_used_is_judged_beyond_the_clock_tick_resolution():
+    """/proc/stat counts in clock ticks: a phase of 50 ms on this machine's CPUs cannot tell a
+    few tenths of a CPU from nothing, so it is not flagged for them; a long phase is."""
+    from rooflab.conditions.disturbance import CLOCK_TICKS_PER_S, PhaseDisturbance, judge, probe
+
+    settings = DisturbanceSettings(max_other_cpus=0.25)
+    resolution = probe().cpus / (CLOCK_TICKS_PER_S * 0.05)
+    short = PhaseDisturbance(0.05, other_cpus=0.25 + resolution * 0.9, steal_fraction=0.0)
+    long = PhaseDisturbance(5.0, other_cpus=0.3, steal_fraction=0.0)
+    assert not judge([], [short], settings, min_clean=0).disturbed
+    assert judge([], [long], settings, min_clean=0).disturbed
+    busy = PhaseDisturbance(0.05, other_cpus=0.25 + resolution * 1.1, steal_fraction=0.0)
+    verdict = judge([], [busy], settings, min_clean=0)
+    assert verdict.disturbed and verdict.other_cpus == pytest.approx(busy.other_cpus)

@@ -288,7 +288,10 @@ def judge(
     if spans and all(p.other_cpus is not None for p in spans):
         verdict.other_cpus = sum(p.other_cpus * p.seconds for p in spans) / total_s
         verdict.steal_fraction = sum(p.steal_fraction * p.seconds for p in spans) / total_s
-        if judge_host and verdict.other_cpus > settings.max_other_cpus:
+        # /proc/stat counts busy time in clock ticks, a tick per CPU either way at each end of a
+        # phase: a phase of tens of ms reads a few tenths of a CPU where nothing else ran.
+        resolution = len(spans) * probe().cpus / (CLOCK_TICKS_PER_S * total_s)
+        if judge_host and verdict.other_cpus - resolution > settings.max_other_cpus:
             verdict.reasons.append(
                 f"other processes used {verdict.other_cpus:.2f} CPUs while it sampled "
                 f"(limit {settings.max_other_cpus:g})"

@@ -24,7 +24,14 @@ from rooflab.conditions.disturbance import Verdict, add_gpu_processes
 from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.runs import conditions_row, during_rows
 from rooflab.experiments.stopping import Stop, median_interval_width
-from rooflab.experiments.timing import Measurement, TimingSettings, clean, measure, sample_rows
+from rooflab.experiments.timing import (
+    Measurement,
+    TimingSettings,
+    clean,
+    judge_samples,
+    measure,
+    sample_rows,
+)
 from rooflab.vocabulary import CacheState, StopReason
 
 MIN_ROUND_SAMPLES = 6
@@ -92,7 +99,7 @@ class TimedPoint:
         short = [r for r in reasons if r != StopReason.CONVERGED]
         width = median_interval_width(seconds, timing.rule().confidence)
         stop = Stop(short[0] if short else StopReason.CONVERGED, width)
-        pooled = Measurement(samples, self.verdict(), stop)
+        pooled = Measurement(samples, self.verdict(backend, timing), stop)
         summary = pooled.summary(timing.noisy_iqr_ratio)
         medians = [
             statistics.median(s.seconds for s in clean(m.samples)) for m in self.measurements
@@ -112,21 +119,15 @@ class TimedPoint:
             **pooled.verdict.columns(),
         }
 
-    def verdict(self) -> Verdict:
-        """The rounds' verdicts as one: disturbed where any round was, for each of its reasons."""
-        verdicts = [
-            add_gpu_processes(m.verdict, readings)
-            for m, readings in zip(self.measurements, self.readings, strict=True)
-        ]
-
-        def most(name):
-            values = [getattr(v, name) for v in verdicts if getattr(v, name) is not None]
-            return max(values) if values else None
-
-        return Verdict(
-            n_disturbed=sum(v.n_disturbed for v in verdicts),
-            other_cpus=most("other_cpus"),
-            steal_fraction=most("steal_fraction"),
-            gpu_other_processes=most("gpu_other_processes"),
-            reasons=list(dict.fromkeys(r for v in verdicts for r in v.reasons)),
+    def verdict(self, backend: Backend, timing: TimingSettings) -> Verdict:
+        """The verdict on all the rounds' samples over all their sampling phases (judged
+        together: a round's phase alone is short, and what other processes used is read in
+        clock ticks), with other GPU users from every round's readings."""
+        verdict = judge_samples(
+            [s for m in self.measurements for s in m.samples],
+            [p for m in self.measurements for p in m.phases],
+            backend,
+            timing.min_samples,
+            timing.disturbance,
         )
+        return add_gpu_processes(verdict, [r for readings in self.readings for r in readings])

@@ -211,6 +211,7 @@ class Measurement:
     samples: list[Sample]
     verdict: Verdict
     stop: Stop | None = None
+    phases: list[PhaseDisturbance] = field(default_factory=list)  # what other processes used
 
     def summary(self, noisy_iqr_ratio: float) -> Summary:
         summary = summarize([s.seconds for s in clean(self.samples)], noisy_iqr_ratio)
@@ -275,7 +276,7 @@ def measure(
     if progress and (note := stop.note(rule)):
         progress.note(note)
     verdict = judge_samples(samples, phase, backend, settings.min_samples, disturbance)
-    return Measurement(samples, verdict, stop)
+    return Measurement(samples, verdict, stop, phase)
 
 
 def judge_samples(
