@@ -8,14 +8,15 @@ quiet machine, each run ingested into a fresh store, and compares every run with
 it at the default settings (`rooflab.store.comparisons.compare_runs`): every `slower` or `faster`
 among these identical reruns is a false alarm. The pairs whose candidate has three earlier runs
 (`rooflab.comparison.MIN_HISTORY`: the key's run-to-run spread is known and raises the effect a
-verdict needs) are counted apart from the first pairs (the minimum effect alone). Then one more
+verdict needs) are counted apart from the first pairs, whose verdicts are provisional (`rooflab
+compare --fail-on regression` does not fail on them). Then one more
 run with as many busy-loop processes as the machine has CPUs spinning through it (a neighbour
 taking the machine), compared with the last quiet run: each point it made slower by more than
 the minimum effect should read `slower` or be flagged `disturbed` (conditions_changed says so).
 
 Prints the verdicts per pair, the false-alarm rates and what the loaded run got. Run it with
 nothing else running: the quiet runs must be quiet. Exit status 1 when a quiet pair with a known
-spread read `slower`.
+spread read `slower` (what --fail-on regression would fail on).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def main() -> int:
             rows = verdicts(db, baseline, candidate, args.min_effect)
             counts = collections.Counter(r["verdict"] for r in rows)
             earlier = runs.index(candidate)  # runs of each key before the candidate
+            assert all(r["provisional"] == (earlier < MIN_HISTORY) for r in rows), "provisional"
             (tally if earlier >= MIN_HISTORY else first).update(counts)
             alarms_here.extend(r for r in rows if r["verdict"] in ("slower", "faster"))
             print(
@@ -126,7 +128,7 @@ def main() -> int:
             )
         for label, counts in (
             (f"with >= {MIN_HISTORY} earlier runs", tally),
-            (f"with fewer than {MIN_HISTORY} earlier runs", first),
+            (f"with fewer than {MIN_HISTORY} earlier runs (provisional)", first),
         ):
             pairs = sum(counts.values())
             alarms = counts["slower"] + counts["faster"]

@@ -1,6 +1,6 @@
 """Runs compared beyond noise (issue 30): the statistics on their own, then real runs of a kernel
-whose cost we set (a sleep of 2 ms, then 2 ms again, then 3 ms) through the store's views,
-`rooflab compare` with --fail-on regression, and `rooflab store prune`."""
+whose cost we set (a sleep of 2 ms three times, then 3 ms; and a young store of 2 ms then 3 ms)
+through the store's views, `rooflab compare` with --fail-on, and `rooflab store prune`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rooflab.comparison import (
     compare_summaries,
     within_run_effect,
 )
-from rooflab.store.comparisons import _changed
+from rooflab.store.comparisons import _changed, compare_runs
 from tests.conftest import run_rooflab
 
 FAST = {
@@ -80,15 +80,13 @@ def test_what_changed_between_two_runs_is_named():
     assert _changed(run, run, rows[0], rows[0], clocks=([2400], [2410])) == []
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """Three runs of the nap kernel (2, 2, then 3 ms), ingested after each."""
-    folder = tmp_path_factory.mktemp("compare")
+def _measured_store(folder, naps):
+    """The nap kernel run once per entry of `naps` (its seconds), ingested after each."""
     (folder / "naps.py").write_text(KERNEL)
     config = folder / "fast.yaml"
     config.write_text(json.dumps(FAST))
     db = folder / "store.duckdb"
-    for nap in ("0.002", "0.002", "0.003"):
+    for nap in naps:
         env = {**os.environ, "PYTHONPATH": str(folder), "NAP_S": nap}
         measured = run_rooflab(
             "measure", "workload", "naps:nap", "--config", config, "--cache-state", "warm",
@@ -101,6 +99,18 @@ def store(tmp_path_factory):
     return {"db": db, "runs": runs}
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Four runs: 2 ms three times (the key's run-to-run spread is known), then 3 ms."""
+    return _measured_store(tmp_path_factory.mktemp("compare"), ("0.002",) * 3 + ("0.003",))
+
+
+@pytest.fixture(scope="module")
+def young(tmp_path_factory):
+    """Two runs, 2 ms then 3 ms: no run-to-run spread known yet."""
+    return _measured_store(tmp_path_factory.mktemp("young"), ("0.002", "0.003"))
+
+
 def _compare(store, *args):
     result = run_rooflab("compare", "--db", store["db"], "--format", "json", *args)
     return result, json.loads(result.stdout) if result.stdout.strip() else []
@@ -111,17 +121,32 @@ def test_the_newest_run_against_the_one_before_is_slower_and_fails_the_ci(store)
     assert result.returncode == 1
     assert "regression: nap/fp32/default warm slower" in result.stderr
     assert pair["key"] == "nap/fp32/default warm" and pair["verdict"] == "slower"
-    assert (pair["baseline_run_id"], pair["candidate_run_id"]) == tuple(store["runs"][1:])
+    assert pair["provisional"] is False  # three earlier runs: the run-to-run spread is known
+    assert (pair["baseline_run_id"], pair["candidate_run_id"]) == tuple(store["runs"][2:])
     assert pair["ratio"] == pytest.approx(1.5, rel=0.15) and pair["ci_low"] > 1.05
     assert pair["baseline_s"] == pytest.approx(0.002, rel=0.3)
     for key in ("candidate_s", "ci_high", "conditions_changed", "method"):
         assert key in pair
 
 
+def test_without_a_history_a_slower_run_is_provisional_and_fails_only_any_slower(young):
+    result, (pair,) = _compare(young, "--fail-on", "regression")
+    assert (pair["verdict"], pair["provisional"]) == ("slower", True)
+    assert result.returncode == 0
+    assert "provisional: nap/fp32/default warm slower" in result.stderr
+    assert "rerun to confirm" in result.stderr and "regression:" not in result.stderr
+    strict, _ = _compare(young, "--fail-on", "any-slower")
+    assert strict.returncode == 1
+    assert "regression: nap/fp32/default warm slower" in strict.stderr
+    with duckdb.connect(str(young["db"]), read_only=True) as con:
+        (says,) = con.execute("SELECT says FROM comparisons").fetchone()
+    assert says.startswith("slower (1.") and says.endswith(", provisional")
+
+
 def test_identical_runs_are_the_same_and_pass(store):
-    first, second, _ = store["runs"]
+    first, second, *_ = store["runs"]
     result, (pair,) = _compare(
-        store, "--baseline", first, "--candidate", second, "--fail-on", "regression"
+        store, "--baseline", first, "--candidate", second, "--fail-on", "any-slower"
     )
     assert result.returncode == 0 and pair["verdict"] == "same"
 
@@ -134,7 +159,7 @@ def test_the_views_keep_the_history_and_the_newest_comparison(store):
         ).fetchall()
         (says,) = con.execute("SELECT says FROM comparisons").fetchone()
     assert [(p, r) for p, r, _ in history] == list(enumerate(store["runs"], start=1))
-    assert says.startswith("slower (1.")
+    assert says.startswith("slower (1.") and "provisional" not in says
 
 
 def test_prune_keeps_summaries_and_compare_falls_back_to_them(store, tmp_path):
@@ -142,11 +167,11 @@ def test_prune_keeps_summaries_and_compare_falls_back_to_them(store, tmp_path):
     db.write_bytes(store["db"].read_bytes())
     pruned = run_rooflab("store", "prune", "--db", db, "--keep-runs", "2")
     assert pruned.returncode == 0, pruned.stderr
-    assert "deleted" in pruned.stdout and "of 1 run(s)" in pruned.stdout
+    assert "deleted" in pruned.stdout and "of 2 run(s)" in pruned.stdout
     with duckdb.connect(str(db), read_only=True) as con:
         kept = con.execute("SELECT DISTINCT run_id FROM samples ORDER BY 1").fetchall()
-        assert [r for (r,) in kept] == store["runs"][1:]
-        assert con.execute("SELECT count(*) FROM history").fetchone() == (3,)
+        assert [r for (r,) in kept] == store["runs"][2:]
+        assert con.execute("SELECT count(*) FROM history").fetchone() == (4,)
         assert con.execute("SELECT verdict FROM comparisons").fetchone() == ("slower",)
     _, (pair,) = _compare({"db": db}, "--baseline", store["runs"][0])
     assert (pair["method"], pair["verdict"], pair["ci_low"]) == ("summary", "slower", None)
@@ -170,7 +195,11 @@ def test_a_key_whose_runs_differ_needs_more_than_the_minimum_effect():
     swinging = [1e-3, 1.2e-3, 0.85e-3, 1.1e-3]  # earlier runs 15 % apart: 10 % is not
     judged = compare_samples(base, cand, history=swinging)
     assert judged.verdict == "same" and judged.effect > 0.5
-    assert compare_samples(base, cand, history=swinging[:2]).effect == 0.05  # too few runs
+    young = compare_samples(base, cand, history=swinging[:2])  # too few runs: provisional
+    assert (young.effect, young.provisional) == (0.05, True)
+    assert not compare_samples(base, cand, history=steady).provisional
+    assert compare_summaries((0.9, 1.0, 1.1), (1.3, 1.4, 1.5)).provisional
+    assert not compare_summaries((0.9, 1.0, 1.1), (1.3, 1.4, 1.5), history=steady).provisional
 
 
 def test_keys_of_two_runs_that_spread_widely_raise_the_effect():
@@ -216,9 +245,9 @@ def test_the_rounds_of_each_run_set_the_effect_until_the_history_does():
 
 
 def test_the_store_judges_a_key_by_its_round_medians(store):
-    """The nap kernel's runs, two rounds each: the stored effect of the newest pair is what its
-    round medians in `samples` give (the key has two earlier runs: no history yet)."""
-    _, second, third = store["runs"]
+    """The nap kernel's runs, two rounds each: the effect of the second run against the first is
+    what their round medians in `samples` give (one earlier run: no history yet)."""
+    first, second, *_ = store["runs"]
     with duckdb.connect(str(store["db"]), read_only=True) as con:
         medians = dict(
             con.execute(
@@ -226,7 +255,7 @@ def test_the_store_judges_a_key_by_its_round_medians(store):
                 "median(seconds) AS m FROM samples WHERE NOT disturbed GROUP BY ALL) GROUP BY ALL"
             ).fetchall()
         )
-        (effect,) = con.execute("SELECT effect FROM comparisons").fetchone()
-    assert len(medians[second]) == len(medians[third]) == 2
-    expected = max(0.05, within_run_effect(medians[second], medians[third]))
-    assert effect == pytest.approx(expected, rel=1e-6)
+        (pair,) = compare_runs(con, first, second)
+    assert len(medians[first]) == len(medians[second]) == 2
+    expected = max(0.05, within_run_effect(medians[first], medians[second]))
+    assert pair["effect"] == pytest.approx(expected, rel=1e-6) and pair["provisional"]

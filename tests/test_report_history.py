@@ -321,10 +321,15 @@ def test_the_keys_that_moved_are_listed_under_the_history(stores):
     listed = {row[0]: row[2] for row in rows}
     view = query(
         stores["db"],
-        "SELECT key, verdict, ratio FROM comparisons WHERE machine_id = ?",
+        "SELECT key, verdict, ratio, provisional FROM comparisons WHERE machine_id = ?",
         params=[_machine_a(stores["db"])],
     ).to_pylist()
+    # three runs: every key has two earlier runs, too few for its run-to-run spread
+    assert {r["provisional"] for r in view} == {True}
+    assert "of the changes are provisional" in section
+    listed = {key: verdict.removesuffix(" (provisional)") for key, verdict in listed.items()}
     assert listed == {r["key"]: r["verdict"] for r in view if r["verdict"] in ("slower", "faster")}
+    assert all(row[2].endswith(" (provisional)") for row in rows)
     dram_key = next(key for key in listed if key.startswith("bandwidth/DRAM/"))
     assert {key: listed[key] for key in [*stores["slower"], *stores["faster"], dram_key]} == {
         **dict.fromkeys(stores["slower"], "slower"),
@@ -333,7 +338,7 @@ def test_the_keys_that_moved_are_listed_under_the_history(stores):
     }
     # slower first, the ratio as the view has it
     verdicts = [row[2] for row in rows]
-    assert verdicts == sorted(verdicts, key=lambda v: v != "slower")
+    assert verdicts == sorted(verdicts, key=lambda v: not v.startswith("slower"))
     ratios = {r["key"]: r["ratio"] for r in view}
     assert all(row[3] == f"{ratios[row[0]]:.3g}×" for row in rows)
     counts = {v: sum(r["verdict"] == v for r in view) for v in ("slower", "faster", "same")}
@@ -344,7 +349,9 @@ def test_changes_say_when_nothing_moved_or_nothing_was_compared():
     import pandas as pd
 
     assert "No comparison yet" in changes_html(pd.DataFrame(columns=["key", "verdict"]))
-    same = pd.DataFrame({"key": ["a warm", "b cold"], "verdict": ["same", "incomparable"]})
+    same = pd.DataFrame(
+        {"key": ["a warm", "b cold"], "verdict": ["same", "incomparable"], "provisional": False}
+    )
     said = changes_html(same)
     assert "No measurement got slower or faster" in said and "<table" not in said
     assert "0 slower, 0 faster, 1 same, 1 incomparable" in said

@@ -23,6 +23,11 @@ runs do (a rerun lands on other pages, another clock, other neighbours on a shar
 samples alone cannot say what a rerun would show.
 - `incomparable`: too few samples on a side to say anything.
 
+A verdict is `provisional` while the key has fewer than MIN_HISTORY earlier runs: its run-to-run
+spread is then unknown, and a slow spell of the machine that lasts a whole run (both its rounds,
+every key of a kind) cannot be told from a change. As conbench flags nothing without a history,
+`rooflab compare --fail-on regression` fails only on a `slower` that is not provisional.
+
 Where a run's raw samples were pruned (`rooflab store prune`), `compare_summaries` judges from
 the medians and quartiles alone: a change counts only beyond both the minimum effect and the
 larger of the two runs' IQR / median (method `summary`, no interval).
@@ -57,6 +62,7 @@ class Compared:
     method: str  # samples, summary
     note: str | None = None  # why incomparable
     effect: float | None = None  # the change a verdict needed: min_effect or the runs' spread
+    provisional: bool = False  # no run-to-run spread known yet: fewer than MIN_HISTORY runs
 
 
 def _thinned(values: np.ndarray) -> np.ndarray:
@@ -155,6 +161,10 @@ def compare_samples(
             f"{base.size} baseline and {cand.size} candidate samples (at least {MIN_SAMPLES} each)"
         )
         return Compared(*medians, None, None, None, None, "incomparable", "samples", why)
+    spread = run_to_run_effect(history)
+    provisional = spread is None
+    if spread is None:
+        spread = within_run_effect(*rounds)
     b, c = np.log(_thinned(base)), np.log(_thinned(cand))
     differences = np.sort(np.subtract.outer(c, b).ravel())
     n, m = c.size, b.size
@@ -164,12 +174,11 @@ def compare_samples(
     ratio = math.exp(float(np.median(differences)))
     low, high = math.exp(differences[k]), math.exp(differences[differences.size - 1 - k])
     p_value = float(stats.mannwhitneyu(c, b, alternative="two-sided").pvalue)
-    spread = run_to_run_effect(history)
-    if spread is None:
-        spread = within_run_effect(*rounds)
     effect = max(min_effect, spread or 0.0)
     verdict = _verdict(low, high, effect)
-    return Compared(*medians, ratio, low, high, p_value, verdict, "samples", None, effect)
+    return Compared(
+        *medians, ratio, low, high, p_value, verdict, "samples", None, effect, provisional
+    )
 
 
 def compare_summaries(
@@ -184,7 +193,10 @@ def compare_summaries(
         return Compared(b50, c50, None, None, None, None, "incomparable", "summary", "no median")
     ratio = c50 / b50
     noise = max((b75 - b25) / b50, (c75 - c25) / c50, 0.0)
-    effect = max(min_effect, noise, run_to_run_effect(history) or 0.0)
+    spread = run_to_run_effect(history)
+    effect = max(min_effect, noise, spread or 0.0)
     threshold = 1 + effect
     verdict = "slower" if ratio >= threshold else "faster" if ratio <= 1 / threshold else "same"
-    return Compared(b50, c50, ratio, None, None, None, verdict, "summary", None, effect)
+    return Compared(
+        b50, c50, ratio, None, None, None, verdict, "summary", None, effect, spread is None
+    )

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from rooflab import __version__
-from rooflab.cli.compare import cmd_compare
+from rooflab.cli.compare import FAIL_ON, cmd_compare
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
 from rooflab.cli.measure_stages import cmd_measure_stages
 from rooflab.cli.measure_timeline import cmd_measure_timeline
@@ -204,7 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a change smaller than this fraction reads `same` (default 0.05)",
     )
     compare.add_argument(
-        "--fail-on", choices=("regression",), help="exit 1 when any pair is slower"
+        "--fail-on",
+        choices=FAIL_ON,
+        help="exit 1 when a pair is slower: regression, only where the key's run-to-run spread "
+        "is known (3 earlier runs); any-slower, provisional verdicts too",
     )
     add_format(compare)
     compare.set_defaults(handler=cmd_compare)

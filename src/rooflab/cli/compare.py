@@ -1,5 +1,6 @@
 """`rooflab compare`: two runs of each point and ceiling, judged beyond noise, with what changed
-between them (docs/compare.md); exit 1 with --fail-on regression when anything got slower."""
+between them (docs/compare.md); exit 1 with --fail-on regression when anything got slower beyond
+its known run-to-run spread (with --fail-on any-slower, provisional verdicts too)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from rooflab.cli.output import UsageError, print_rows
 
 JSON_COLUMNS = ("key", "kind", "name", "machine_id", "backend", "baseline_run_id")
 JSON_COLUMNS += ("candidate_run_id", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high")
-JSON_COLUMNS += ("p_value", "verdict", "method", "conditions_changed", "note")
+JSON_COLUMNS += ("p_value", "verdict", "provisional", "method", "conditions_changed", "note")
 TABLE_COLUMNS = ("key", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high", "verdict")
-TABLE_COLUMNS += ("conditions_changed",)
+TABLE_COLUMNS += ("provisional", "conditions_changed")
+FAIL_ON = ("regression", "any-slower")
 
 
 def cmd_compare(args) -> int:
@@ -48,16 +50,24 @@ def cmd_compare(args) -> int:
         )
     columns = JSON_COLUMNS if args.format == "json" else TABLE_COLUMNS
     print_rows([{c: row[c] for c in columns} for row in rows], args.format)
-    counts = {verdict: sum(r["verdict"] == verdict for r in rows) for verdict in ("slower",)}
-    counts |= {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "same", "incomparable")}
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("slower", "faster", "same")}
+    counts["incomparable"] = sum(r["verdict"] == "incomparable" for r in rows)
+    slower = [r for r in rows if r["verdict"] == "slower"]
+    provisional = [r["key"] for r in slower if r["provisional"]]
     print(
         "rooflab: "
         + ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
         + f" (minimum effect {args.min_effect:.0%})",
         file=sys.stderr,
     )
-    if args.fail_on == "regression" and counts["slower"]:
-        slower = [r["key"] for r in rows if r["verdict"] == "slower"]
-        print(f"rooflab: regression: {', '.join(slower)} slower", file=sys.stderr)
+    if provisional:
+        print(
+            f"rooflab: provisional: {', '.join(provisional)} slower, but without 3 earlier runs "
+            "the run-to-run spread is not known (rerun to confirm)",
+            file=sys.stderr,
+        )
+    failing = [r["key"] for r in slower if args.fail_on == "any-slower" or not r["provisional"]]
+    if args.fail_on and failing:
+        print(f"rooflab: regression: {', '.join(failing)} slower", file=sys.stderr)
         return 1
     return 0

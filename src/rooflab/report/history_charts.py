@@ -233,6 +233,13 @@ def changes_html(comparisons: pd.DataFrame) -> str:
         f"({len(comparisons)} compared): {html.escape(tally)}.</p>"
     )
     moved = comparisons[comparisons.verdict.isin(MOVED)]
+    provisional = int(moved.provisional.fillna(False).astype(bool).sum())
+    if provisional:
+        said += (
+            f"<p class='comparisons'>{provisional} of the changes are provisional: their "
+            "measurement has fewer than 3 earlier runs, so its run-to-run spread is not known "
+            "yet.</p>"
+        )
     if moved.empty:
         return said + (
             "<p class='comparisons'>No measurement got slower or faster beyond its noise in "
@@ -253,7 +260,12 @@ def changes_table(moved: pd.DataFrame) -> pd.DataFrame:
         {
             "measurement": rows.key,
             "of": rows.name,
-            "verdict": rows.verdict,
+            "verdict": [
+                f"{verdict} (provisional)" if provisional else verdict
+                for verdict, provisional in zip(
+                    rows.verdict, rows.provisional.fillna(False).astype(bool), strict=True
+                )
+            ],
             "newest / previous time": [_times(r) for r in rows.ratio],
             "95 % interval": [
                 f"{_times(lo)} to {_times(hi)}"

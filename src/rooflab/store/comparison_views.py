@@ -68,14 +68,16 @@ COMPARISON_VIEWS_SQL = {
     # effect): `baseline_s`, `candidate_s` (a ceiling: the time of the baseline's amount of work
     # at each run's rate), `ratio` (candidate / baseline: above 1 is slower), `ci_low`..`ci_high`,
     # `p_value`, `verdict` (faster, slower, same, incomparable), `method` (samples, or summary
-    # where a run's samples were pruned), `conditions_changed` (what differs between the runs),
-    # and `says`.
+    # where a run's samples were pruned), `provisional` (the key's run-to-run spread not known
+    # yet), `conditions_changed` (what differs between the runs), and `says`.
     "comparisons": """
         SELECT c.*,
                c.verdict
                || CASE WHEN c.verdict IN ('faster', 'slower')
                        THEN printf(' (%.3gx, %.3g to %.3g)', c.ratio, c.ci_low, c.ci_high)
                        ELSE '' END
+               || CASE WHEN c.verdict IN ('faster', 'slower') AND c.provisional
+                       THEN ', provisional' ELSE '' END
                || CASE WHEN c.conditions_changed IS NOT NULL
                        THEN '; changed: ' || c.conditions_changed ELSE '' END AS says
         FROM run_comparisons AS c

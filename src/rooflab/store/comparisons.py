@@ -47,6 +47,7 @@ COLUMNS = (
     ("method", "VARCHAR"),
     ("min_effect", "DOUBLE"),
     ("effect", "DOUBLE"),
+    ("provisional", "BOOLEAN"),
     ("conditions_changed", "VARCHAR"),
     ("note", "VARCHAR"),
 )
@@ -55,6 +56,8 @@ COLUMNS = (
 def ensure_comparisons_table(connection) -> None:
     columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
     connection.execute(f"CREATE TABLE IF NOT EXISTS run_comparisons ({columns})")
+    for name, kind in COLUMNS:  # a store of an older rooflab grows the newer columns
+        connection.execute(f"ALTER TABLE run_comparisons ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
 def _runs(connection, run_ids: Iterable[str]) -> dict[str, dict]:
@@ -247,6 +250,7 @@ def compare_runs(
                 "method": compared.method,
                 "min_effect": min_effect,
                 "effect": compared.effect,
+                "provisional": compared.provisional,
                 "conditions_changed": "; ".join(changed) or None,
                 "note": compared.note,
             }
