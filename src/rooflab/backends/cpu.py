@@ -7,6 +7,7 @@ from rooflab.conditions.cpu (the effective clock is measured, not read from /pro
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import platform
 import time
@@ -14,11 +15,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-import numba
 import numpy as np
 
 from rooflab import machine
-from rooflab.backends import cpu_kernels
 from rooflab.backends.base import Backend, BackendError, CeilingLoad, GemmOperands
 from rooflab.backends.random_operands import random_nonzero
 from rooflab.conditions import cpu as cpu_conditions
@@ -30,7 +29,8 @@ FLUSH_SETTLE_S = 0.5e-3
 class CpuBackend(Backend):
     name = "cpu"
     gemm_dtypes = tuple(NUMPY_DTYPES)
-    stream_kernels = tuple(cpu_kernels.STREAM_KERNELS)
+    # cpu_kernels.STREAM_KERNELS, named here: numba loads only in a job that runs a kernel of it
+    stream_kernels = ("read", "copy", "triad")
     fma_dtypes = ("fp64", "fp32")
 
     def __init__(self) -> None:
@@ -57,7 +57,7 @@ class CpuBackend(Backend):
         versions = {
             "python": platform.python_version(),
             "numpy": np.__version__,
-            "numba": numba.__version__,
+            "numba": importlib.metadata.version("numba"),
         }
         return {
             "host": self.identity["hostname"],
@@ -156,6 +156,8 @@ class CpuBackend(Backend):
         return array
 
     def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad:
+        from rooflab.backends import cpu_kernels
+
         arrays = cpu_kernels.allocate_stream(kernel, working_set_bytes, threads)
         elements = sum(a.size for a in arrays) // cpu_kernels.STREAM_KERNELS[kernel]
         return CeilingLoad(
@@ -165,6 +167,8 @@ class CpuBackend(Backend):
         )
 
     def fma_workload(self, dtype: str, threads: int) -> CeilingLoad:
+        from rooflab.backends import cpu_kernels
+
         return CeilingLoad(
             run=lambda iters: cpu_kernels.run_fma(dtype, iters, threads),
             amount_per_unit=cpu_kernels.fma_flops(dtype, 1, threads),
@@ -186,4 +190,7 @@ class CpuBackend(Backend):
         return blas[0].get("num_threads")
 
     def default_threads(self) -> int:
-        return min(self.identity["usable_cpus"], numba.config.NUMBA_NUM_THREADS)
+        # numba's thread count is the usable CPUs unless NUMBA_NUM_THREADS caps it (read here so
+        # that a job timing BLAS alone never loads numba)
+        usable = self.identity["usable_cpus"]
+        return min(usable, int(os.environ.get("NUMBA_NUM_THREADS") or usable))
