@@ -10,9 +10,10 @@ median's interval is within 3 %), alternated `--rounds` times so that a slow spe
 machine falls on both. Each side keeps its best value per ceiling (a ceiling is the best sustained
 rate). Prints, per ceiling, both values and new / fixed, the spread of the fixed budgets' own
 rounds (max / min - 1: how far this machine moves between two runs of the same settings), and
-both wall times. Target: every ceiling within 3 % of the fixed budgets' (exit status 1 if one is
-not); a ceiling whose fixed rounds themselves spread wider is marked, as the machine then cannot
-judge it.
+both wall times. Target: every ceiling within 3 % of the fixed budgets'. A ceiling off by more,
+but by less than the fixed budgets' own rounds spread, is counted apart: the machine moves more
+than 3 % between two runs of the same settings there, so it cannot judge 3 %. Exit status 1 when
+a ceiling is off by more than both.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main() -> int:
                 values[side].setdefault(key, []).append(row["value"])
             print(f"round {round_ + 1} {side}: {walls[side][-1]:.1f} s", file=sys.stderr)
 
-    missed = 0
+    missed = unjudged = 0
     print("values in GB/s (bandwidth) or GFLOP/s (compute); each side's best of its rounds")
     print(f"{'ceiling':<30} {'fixed':>9} {'new':>9} {'new/fixed':>10} {'fixed spread':>13}")
     for key in sorted(values["fixed"]):
@@ -61,11 +62,15 @@ def main() -> int:
             continue
         ratio, spread = new / fixed, max(rounds) / min(rounds) - 1
         off = abs(ratio - 1) > TOLERANCE
-        missed += off
+        within_spread = off and abs(ratio - 1) <= spread
+        unjudged += within_spread
+        missed += off and not within_spread
         flag = ""
-        if off:
-            wild = spread > TOLERANCE
-            flag = "  <- off by more than 3 %" + (" (so are the fixed rounds)" if wild else "")
+        if within_spread:
+            flag = "  <- off by more than 3 %, less than the fixed rounds' own spread"
+        elif off:
+            flag = "  <- off by more than 3 % and the fixed rounds' spread"
+
         line = f"{' '.join(key):<30} {fixed / 1e9:9.2f} {new / 1e9:9.2f} {ratio:10.3f}"
         print(f"{line} {spread:12.1%}{flag}")
     for side in sides:
@@ -73,7 +78,10 @@ def main() -> int:
         sweep = ", ".join(map(str, points[side]))
         print(f"{side}: wall {wall} s; sweep points {sweep}")
     ratio = min(walls["new"]) / min(walls["fixed"])
-    print(f"wall time new / fixed: {ratio:.2f}; ceilings off by more than 3 %: {missed}")
+    print(
+        f"wall time new / fixed: {ratio:.2f}; ceilings off by more than 3 %: {missed + unjudged}, "
+        f"of which within the fixed rounds' own spread: {unjudged}"
+    )
     return 1 if missed else 0
 
 
