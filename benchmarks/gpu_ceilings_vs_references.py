@@ -2,14 +2,15 @@
 
     python benchmarks/gpu_ceilings_vs_references.py [--copy-gib 2] [--n 8192] [--samples 30]
 
-- HBM: rooflab's copy kernel (16-byte vectors, grid sized to the SMs) against cudaMemcpyAsync
+- HBM: rooflab's copy kernel (16-byte vectors, past the L2 one launch per pass over the whole
+  array: rooflab.backends.cuda_stream) against cudaMemcpyAsync
   device to device of the same bytes; both count read + write.
 - fp16 tensor: rooflab's cublasGemmEx (fp32 accumulate) against cupy.matmul of float16, n³.
 - bf16 tensor: rooflab's cublasGemmEx against torch.matmul of bfloat16 where PyTorch with CUDA is
   installed (else the row says so), n³.
 
 Each side is the median of `--samples` CUDA-event-timed calls after a warm-up; the sides
-alternate `--rounds` times and each keeps its best round. Target: rooflab >= 95 % of the
+alternate `--rounds` times and each keeps its best round. Target: rooflab >= 98 % of the
 reference. Prints the GPU, its SM clock range over the run, and one line per comparison. Exit
 status 1 if a target is missed, 2 if there is no usable GPU.
 """
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from rooflab.backends.base import BackendError
 from rooflab.backends.selection import select_backend
 
-TARGET = 0.95
+TARGET = 0.98
 
 
 def median_seconds(time_call: Callable[[Callable], float], call: Callable, samples: int) -> float:

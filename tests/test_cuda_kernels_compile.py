@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from rooflab.backends.cuda_kernels import STREAM_ARRAYS, fma_kernel_shape, kernel_source
+from rooflab.backends.cuda_kernels import (
+    STREAM_ARRAYS,
+    fma_kernel_shape,
+    kernel_source,
+    stream_function,
+)
 
 KERNELS = Path(__file__).resolve().parents[1] / "src" / "rooflab" / "kernels"
 SOURCES = sorted(KERNELS.glob("*.cu"))
@@ -113,21 +118,55 @@ def test_fma_kernels_run_as_many_fmas_as_they_are_counted_for(tmp_path):
         assert entries[entry].count(fma) == chains * repeat, entry
 
 
+def _loop_labels(body: str) -> list[str]:
+    """The labels of a PTX entry that a branch jumps back to: one per loop."""
+    defined: set[str] = set()
+    back = []
+    for line in body.splitlines():
+        if label := re.match(r"\s*(\$\w+):", line):
+            defined.add(label.group(1))
+        if branch := re.search(r"\bbra(?:\.uni)?\s+(\$\w+);", line):
+            back.extend([branch.group(1)] if branch.group(1) in defined else [])
+    return back
+
+
+def _vector_accesses(body: str) -> tuple[int, int]:
+    """(loads, stores) of 16-byte vectors that bypass L1 (.cg), in the PTX of one entry."""
+    return body.count("ld.global.cg.v2.f64"), body.count("st.global.cg.v2.f64")
+
+
 @needs_nvcc
 def test_stream_kernels_access_as_many_arrays_as_their_bytes_count(tmp_path):
     entries = _ptx_entries(tmp_path, "stream")
     for kernel, arrays in STREAM_ARRAYS.items():
-        body = entries[f"stream_{kernel}"]
-        accesses = body.count("ld.global.cg.v2.f64") + body.count("st.global.cg.v2.f64")
+        body = entries[stream_function(kernel, one_pass=False)]
         # One 16-byte access per array per element, in the 4-way unrolled loop and the remainder.
-        assert accesses == 5 * arrays, kernel
+        assert sum(_vector_accesses(body)) == 5 * arrays, kernel
         assert "ld.global.v2" not in body.replace("ld.global.cg", ""), kernel  # no L1-cached load
+        # the passes (reps) and, inside each, the unrolled loop and the remainder
+        assert len(_loop_labels(body)) == 3, kernel
 
 
 @needs_nvcc
-def test_l1_read_loads_through_l1_once_per_vector(tmp_path):
+def test_one_pass_kernels_move_one_vector_per_thread_and_loop_nowhere(tmp_path):
+    entries = _ptx_entries(tmp_path, "stream")
+    stores = {"read": 0, "copy": 1, "triad": 1}
+    for kernel, arrays in STREAM_ARRAYS.items():
+        body = entries[stream_function(kernel, one_pass=True)]
+        # each thread: one 16-byte access per array, once; the host launches it once per pass
+        assert _vector_accesses(body) == (arrays - stores[kernel], stores[kernel]), kernel
+        assert _loop_labels(body) == [], kernel
+        assert "ld.global.ca" not in body and "ld.global.v2" not in body, kernel
+        assert "%ctaid.x" in body and "%tid.x" in body, kernel  # thread i moves vector i
+
+
+@needs_nvcc
+def test_l1_read_loads_through_l1_once_per_vector_of_its_blocks_region(tmp_path):
     body = _ptx_entries(tmp_path, "stream")["l1_read"]
     # One 16-byte L1-cached load per vector, in the 4-way unrolled loop and the remainder; no
     # store, no load that bypasses L1 (the bytes counted are the L1's reads).
     assert body.count("ld.global.ca.v2.f64") == 5
     assert "ld.global.cg" not in body and "st.global" not in body.replace("st.global.f64", "")
+    # Where a block reads depends on the block: each reads a region of its own, not one buffer
+    # that all blocks of an SM share.
+    assert "%ctaid.x" in body and "%nctaid" not in body

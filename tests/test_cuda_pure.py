@@ -22,7 +22,6 @@ from rooflab.backends.bfloat16 import (
 from rooflab.backends.cublas_args import GEMM_TYPES, OP_N, OP_T, row_major_gemm
 from rooflab.backends.cuda_identity import version_text as _version_text
 from rooflab.backends.cuda_kernels import (
-    BLOCK,
     FMA_FP16,
     FMA_FP32,
     FMA_FP64,
@@ -31,8 +30,8 @@ from rooflab.backends.cuda_kernels import (
     fma_flops_per_iteration,
     fma_kernel_shape,
     kernel_source,
-    l1_vectors,
     pack_half2,
+    stream_function,
     stream_vectors,
 )
 from rooflab.backends.random_operands import random_nonzero
@@ -251,14 +250,20 @@ def test_fma_flops_follow_the_kernel_constants():
 
 
 def test_stream_byte_counts_follow_the_kernels_arrays():
-    """Bytes per pass = arrays x n x 16: each stream kernel takes as many double2 arrays as
-    STREAM_ARRAYS counts for it (read: a; copy: a -> b; triad: b, c -> a), and no other."""
+    """Bytes per pass = arrays x n x 16: each stream kernel, in both forms, takes as many double2
+    arrays as STREAM_ARRAYS counts for it (read: a; copy: a -> b; triad: b, c -> a), and no
+    other; the one-pass form takes no count of passes (the host launches it once per pass)."""
     source = kernel_source("stream")
+    names = set()
     for kernel, arrays in STREAM_ARRAYS.items():
-        match = re.search(rf"__global__ void stream_{kernel}\(([^)]*)\)", source)
-        assert match, kernel
-        assert match.group(1).count("double2*") == arrays, kernel
-    assert set(re.findall(r"__global__ void stream_(\w+)\(", source)) == set(STREAM_ARRAYS)
+        for one_pass in (False, True):
+            name = stream_function(kernel, one_pass)
+            match = re.search(rf"__global__ void {name}\(([^)]*)\)", source)
+            assert match, name
+            assert match.group(1).count("double2*") == arrays, name
+            assert ("int reps" in match.group(1)) != one_pass, name
+            names.add(name)
+    assert set(re.findall(r"__global__ void (stream_\w+)\(", source)) == names
 
 
 @pytest.mark.parametrize(
@@ -320,13 +325,6 @@ def test_stream_vectors_give_every_thread_the_same_share(kernel):
     assert stream_vectors(kernel, 16, threads) == 32  # never empty
     with pytest.raises(BackendError, match="unknown stream kernel"):
         stream_vectors("scale", 1 << 20, threads)
-
-
-def test_l1_vectors_are_whole_blocks_within_the_set():
-    for working_set in (4096, 4096 + 16, 100_000, 233_472, 4 * 233_472):
-        n = l1_vectors(working_set)
-        assert n % BLOCK == 0 and working_set - BLOCK * 16 < n * 16 <= working_set
-    assert l1_vectors(16) == BLOCK  # never empty
 
 
 # -- no GPU here ----------------------------------------------------------------------------------

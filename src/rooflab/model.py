@@ -2,7 +2,10 @@
 
 F is floating-point operations (an FMA counts 2), Q bytes across one named memory boundary, C the
 peak of one instruction path, B the bandwidth of one memory level. Every function takes and returns
-base units: FLOP, B, s, FLOP/s, B/s.
+base units: FLOP, B, s, FLOP/s, B/s. A GEMM whose X and W are both integers (int8 x int8 -> int32)
+does integer operations: its work is counted the same way (2MNK) but in OP, and its ceiling is in
+OP/s (`GemmLedger.work_unit`, `work_unit`); the arithmetic below is the same, only the unit's name
+differs, and an OP count is never put beside a FLOP/s roof.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ELEMENT_BITS",
+    "INTEGER_DTYPES",
+    "SCALE_BYTES",
     "Bound",
     "Comparison",
     "GemmLedger",
@@ -32,6 +37,7 @@ __all__ = [
     "stage_bounds",
     "tensor_bytes",
     "topological_order",
+    "work_unit",
 ]
 
 
@@ -39,7 +45,8 @@ class ModelError(ValueError):
     """Inputs the model cannot account for (unknown dtype, cycle, missing bandwidth, ...)."""
 
 
-# Storage bits per element. tf32 is stored as fp32; int4 is packed two per byte.
+# Storage bits per element. tf32 is stored as fp32; int4 is packed two per byte; int32 is the
+# output of an int8 x int8 GEMM (its accumulator, stored).
 ELEMENT_BITS = {
     "fp64": 64,
     "fp32": 32,
@@ -50,7 +57,11 @@ ELEMENT_BITS = {
     "fp8_e5m2": 8,
     "int8": 8,
     "int4": 4,
+    "int32": 32,
 }
+INTEGER_DTYPES = frozenset({"int8", "int4", "int32"})
+# A per-tensor scale (cuBLASLt's A/B/D_SCALE_POINTER for FP8) is one float32 in device memory.
+SCALE_BYTES = 4
 
 
 def element_bits(dtype: str) -> int:
@@ -58,6 +69,16 @@ def element_bits(dtype: str) -> int:
         return ELEMENT_BITS[dtype]
     except KeyError:
         raise ModelError(f"unknown dtype {dtype!r}; known: {', '.join(ELEMENT_BITS)}") from None
+
+
+def work_unit(x_dtype: str, w_dtype: str | None = None) -> str:
+    """The unit of a GEMM's work: OP when X and W are both integers (the products are integer
+    multiply-adds, counted on an integer tensor-core path), else FLOP. A GEMM with integer
+    weights and floating-point activations (W4A16) multiplies floats: FLOP."""
+    w_dtype = w_dtype or x_dtype
+    for dtype in (x_dtype, w_dtype):
+        element_bits(dtype)  # an unknown dtype is refused here too
+    return "OP" if {x_dtype, w_dtype} <= INTEGER_DTYPES else "FLOP"
 
 
 def tensor_bytes(dtype: str, count: int) -> int:
@@ -93,7 +114,8 @@ class WeightScales:
 
 @dataclass(frozen=True)
 class GemmLedger:
-    """Y[M×N] = X[M×K]·W[K×N]: useful FLOPs and cold-cache model bytes (not measured traffic)."""
+    """Y[M×N] = X[M×K]·W[K×N]: useful work (2MNK, in `work_unit`: FLOP, or OP for an integer
+    GEMM; the field keeps the name `flops`) and cold-cache model bytes (not measured traffic)."""
 
     m: int
     n: int
@@ -122,7 +144,12 @@ class GemmLedger:
 
     @property
     def intensity(self) -> float:
+        """FLOP/B, or OP/B for an integer GEMM (`work_unit`)."""
         return self.flops / self.bytes
+
+    @property
+    def work_unit(self) -> str:
+        return work_unit(self.x_dtype, self.w_dtype)
 
 
 def gemm_ledger(
@@ -137,9 +164,12 @@ def gemm_ledger(
     bias: bool = False,
     bias_dtype: str | None = None,
     weight_scales: WeightScales | None = None,
+    tensor_scales: int = 0,
 ) -> GemmLedger:
     """F = 2MNK; Q_model = s_x·MK + s_w·KN + s_y·MN, plus s_y·MN when β ≠ 0 (the old Y is read),
-    N bias elements, and ceil(K/group)·N weight scales. Each input is read once, Y written once."""
+    N bias elements, ceil(K/group)·N weight scales, and `tensor_scales` per-tensor float32 scales
+    (FP8 through cuBLASLt: 2, the scales of X and W; 3 with an FP8 output's scale). Each input is
+    read once, Y written once. F is in OP, not FLOP, when X and W are integers (`work_unit`)."""
     m, n, k = (_positive_int(name, v) for name, v in (("m", m), ("n", n), ("k", k)))
     w_dtype = w_dtype or x_dtype
     y_dtype = y_dtype or x_dtype
@@ -149,6 +179,9 @@ def gemm_ledger(
     if weight_scales is not None:
         group = _positive_int("weight_scales.group_size", weight_scales.group_size)
         scales = tensor_bytes(weight_scales.dtype, -(-k // group) * n)
+    if isinstance(tensor_scales, bool) or not isinstance(tensor_scales, int) or tensor_scales < 0:
+        raise ModelError(f"tensor_scales must be an integer >= 0, got {tensor_scales!r}")
+    scales += SCALE_BYTES * tensor_scales
     return GemmLedger(
         m=m,
         n=n,

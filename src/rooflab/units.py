@@ -1,9 +1,13 @@
-"""Quantities with explicit units: bytes, byte rates, FLOP, FLOP rates and times.
+"""Quantities with explicit units: bytes, byte rates, FLOP, FLOP rates, OP, OP rates and times.
 
 Decimal prefixes are powers of ten (GB = 1e9 B, TFLOP/s = 1e12 FLOP/s); binary prefixes are powers
 of two (GiB = 2**30 B). Nothing is guessed: a number without a unit, a bare prefix (`2 T`), an
 ambiguous spelling (`KB`, `TFLOPS`) or a non-finite or negative value is refused with a message that
-says what was expected. Values are returned in base units: B, B/s, FLOP, FLOP/s, s.
+says what was expected. Values are returned in base units: B, B/s, FLOP, FLOP/s, OP, OP/s, s.
+
+OP counts integer operations (an int8 multiply-add counts 2, as an FMA counts 2 FLOP): an integer
+GEMM's work and an integer tensor-core ceiling are in OP and OP/s (datasheets' "TOPS"), never in
+FLOP, so an int8 rate is never drawn against a floating-point roof.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ __all__ = [
     "parse_bytes",
     "parse_flop",
     "parse_flop_rate",
+    "parse_op",
+    "parse_op_rate",
     "parse_quantity",
     "parse_time",
 ]
@@ -39,6 +45,8 @@ KINDS = {
     "byte_rate": ("B/s", "e.g. 2 TB/s, 3.35 TB/s or 900 GiB/s"),
     "flop": ("FLOP", "FLOP, kFLOP, MFLOP, GFLOP, TFLOP or PFLOP"),
     "flop_rate": ("FLOP/s", "e.g. 120 TFLOP/s or 989.4 TFLOP/s"),
+    "op": ("OP", "OP, kOP, MOP, GOP, TOP or POP (integer operations)"),
+    "op_rate": ("OP/s", "e.g. 1978.9 TOP/s (integer operations per second)"),
     "time": ("s", "s, ms, us (or μs) or ns"),
 }
 
@@ -51,6 +59,8 @@ def _unit_table() -> dict[str, tuple[str, float]]:
     for prefix, factor in DECIMAL_PREFIXES.items():
         table[f"{prefix}FLOP"] = ("flop", factor)
         table[f"{prefix}FLOP/s"] = ("flop_rate", factor)
+        table[f"{prefix}OP"] = ("op", factor)
+        table[f"{prefix}OP/s"] = ("op_rate", factor)
     for unit, factor in TIME_UNITS.items():
         table[unit] = ("time", factor)
     return table
@@ -63,6 +73,7 @@ _REFUSED_SPELLINGS = [
     (re.compile(r"^K(B|iB)?(/s)?$"), "K is not a prefix here; write kB (1e3 B) or KiB (2**10 B)"),
     (re.compile(r"^[kMGTPE]?i?B(ps|/sec)$"), "write bytes per second as B/s, e.g. GB/s"),
     (re.compile(r"^[kKMGTPE]?FLOPS?$", re.IGNORECASE), "write FLOP/s for a rate, FLOP for a count"),
+    (re.compile(r"^[kKMGTPE]?OPS$", re.IGNORECASE), "write OP/s for a rate, OP for a count"),
     (re.compile(r"^[kKMGTPE]?i?b(ps|/s)?$"), "bits are not accepted; write bytes as B"),
 ]
 
@@ -123,6 +134,14 @@ def parse_flop(text: str, *, positive: bool = False) -> float:
 
 def parse_flop_rate(text: str, *, positive: bool = True) -> float:
     return parse_quantity(text, "flop_rate", positive=positive)
+
+
+def parse_op(text: str, *, positive: bool = False) -> float:
+    return parse_quantity(text, "op", positive=positive)
+
+
+def parse_op_rate(text: str, *, positive: bool = True) -> float:
+    return parse_quantity(text, "op_rate", positive=positive)
 
 
 def parse_time(text: str, *, positive: bool = False) -> float:

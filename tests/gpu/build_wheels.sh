@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the wheels that tests/gpu/device_check.sh installs on a GPU machine without package-index
 # access: rooflab's dependencies that such a machine lacks (Snakemake, DuckDB, Altair, vl-convert,
-# ...), pytest, and hatchling with editables to install rooflab itself from the working tree.
+# ...), pytest, hatchling with editables to install rooflab itself from the working tree, and
+# nvmath-python 0.8 with cuda-bindings 13, cuda-core 0.3.2 and cuda-pathfinder (about 9 MiB packed)
+# for the cuBLASLt tests.
 #
 # The GPU machine already has Python 3.12, numpy, numba, pandas, pyarrow, cupy-cuda13x and
 # nvidia-ml-py; those are left out, and so is PuLP (16 MB of solver binaries that only Snakemake's
@@ -22,7 +24,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 ARCHIVE=${1:-$REPO/build/wheels.tar.xz}
 PYTHON=${PYTHON:-python3.12}
 LIMIT_MIB=64
-LEAVE_OUT='^(numpy|numba|llvmlite|pandas|pyarrow|cupy.*|nvidia-ml-py|pulp|scipy)$'
+LEAVE_OUT='^(numpy|numba|llvmlite|pandas|pyarrow|cupy.*|nvidia-ml-py|pulp|scipy|cutensor.*)$'
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
     echo "build_wheels: need a Python 3.12 (the GPU machine's); set PYTHON=/path/to/python3.12" >&2
@@ -40,6 +42,15 @@ for requirement in project["dependencies"]:
 PY
 )
 REQUIREMENTS+=("pytest>=8" "hatchling>=1.24" "editables>=0.3")  # editables: hatchling -e
+# cuBLASLt (FP8, INT8) through nvmath-python's low-level binding, for tests/gpu/
+# test_cublaslt_gpu.py: nvmath and the CUDA Python packages it imports, for CUDA 13 (the GPU
+# machine has cupy-cuda13x). nvmath-python 0.8, which takes cuda-core 0.3.2 (1.7 MiB packed);
+# 1.0 needs cuda-core >= 0.5 (0.7.0: 12 MiB packed, past the 64 MiB limit). Not [sysctk13]: that
+# adds cuTENSOR, which cuBLASLt does not need.
+REQUIREMENTS+=(
+    "nvmath-python>=0.8,<0.9" "cuda-core>=0.3.2,<0.4" "cuda-bindings>=13.0.1,<14"
+    "cuda-pathfinder>=1.3.2,<2"
+)
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -19,7 +19,12 @@
 # summary (CAMPAIGN_TIMEOUT_S, 260), fixtures (FIXTURES_TIMEOUT_S, 120:
 # tests/fixtures/ncu/record_gemm.py, ncu on PATH), references (REFERENCES_TIMEOUT_S, 60:
 # benchmarks/gpu_ceilings_vs_references.py); not by default: adaptive (ADAPTIVE_TIMEOUT_S, 200:
-# benchmarks/ceilings_adaptive.py on the GPU, the stopping rule's ceilings vs the fixed budgets).
+# benchmarks/ceilings_adaptive.py on the GPU, the stopping rule's ceilings vs the fixed budgets),
+# host_link (HOST_LINK_TIMEOUT_S, 60: tests/gpu/test_host_link_gpu.py with every case's rate
+# printed, then, where the campaign ran, the host link's rows of its store), cublaslt
+# (CUBLASLT_TIMEOUT_S, 90: tests/gpu/test_cublaslt_gpu.py with -s, FP8/INT8/bf16 through
+# nvmath-python's cuBLASLt binding, carried in WHEELS; the `tests` step runs that file too,
+# quietly).
 # The campaign step prints "campaign took N s": the H200 campaign's wall time (goal: 60 s).
 set -uo pipefail
 
@@ -33,6 +38,8 @@ CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-260}
 FIXTURES_TIMEOUT_S=${FIXTURES_TIMEOUT_S:-120}
 REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-60}
 ADAPTIVE_TIMEOUT_S=${ADAPTIVE_TIMEOUT_S:-200}
+HOST_LINK_TIMEOUT_S=${HOST_LINK_TIMEOUT_S:-60}
+CUBLASLT_TIMEOUT_S=${CUBLASLT_TIMEOUT_S:-90}
 TOTAL_S=${TOTAL_S:-570}
 STEPS=${STEPS:-tests campaign fixtures references}
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/rooflab-cupy-cache}  # kernels compiled once, reused
@@ -128,6 +135,17 @@ if wants tests "$TESTS_TIMEOUT_S"; then
         -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml") || FAILED+=("GPU tests")
 fi
 
+if wants cublaslt "$CUBLASLT_TIMEOUT_S"; then
+    step "cuBLASLt FP8/INT8/bf16: pytest -s tests/gpu/test_cublaslt_gpu.py (at most ${LIMIT} s)"
+    "$PY" - <<'PY' || echo "nvmath-python NOT importable: the cuBLASLt tests will skip"
+import nvmath
+from nvmath.bindings import cublasLt
+print("nvmath-python", nvmath.__version__, "cuBLASLt", cublasLt.get_version())
+PY
+    (cd "$REPO" && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$LIMIT" "$PY" -m pytest -m gpu \
+        tests/gpu/test_cublaslt_gpu.py -q -s -rs -p no:cacheprovider) || FAILED+=("cuBLASLt tests")
+fi
+
 CAMPAIGN_RAN=
 if wants campaign "$CAMPAIGN_TIMEOUT_S"; then
     CAMPAIGN_RAN=1
@@ -162,6 +180,29 @@ if wants campaign "$CAMPAIGN_TIMEOUT_S"; then
     fi
     pack campaign
     pack store
+fi
+
+if wants host_link "$HOST_LINK_TIMEOUT_S"; then
+    step "host link: tests/gpu/test_host_link_gpu.py -s, then the campaign's host rows (at most ${LIMIT} s)"
+    # The test prints every case's rate ("host link (GB/s): {...}") before checking them:
+    # 1 GB/s < rate < 1 TB/s, pinned memcpy >= 0.95 x pageable, SM copy / memcpy in (0.5, 2),
+    # the host roof the fastest pinned case, no held-stream timeout, a no-op copy refused.
+    (cd "$REPO" && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$LIMIT" "$PY" -m pytest -m gpu \
+        tests/gpu/test_host_link_gpu.py -q -s -rs -p no:cacheprovider) || FAILED+=("host link")
+    # the store's copy in $OUT was packed; the campaign folder keeps the original
+    if [[ -n $CAMPAIGN_RAN && -f ${STORE:-} ]]; then
+        # every case of the campaign's ceilings run (pinned: level host; pageable: null), then
+        # the `host` ceilings with the method that says which case is each direction's ceiling
+        "$PY" -m rooflab query --db "$STORE" \
+            "SELECT kernel, level, round(value / 1e9, 2) AS gb_per_s, working_set_bytes, reps,
+                    n_windows, round(ci_rel_width, 3) AS width, stop_reason, disturbed
+             FROM ceiling_sweep WHERE config_id LIKE 'host/%' ORDER BY config_id" \
+            || FAILED+=("host link rows")
+        "$PY" -m rooflab query --db "$STORE" \
+            "SELECT kernel, round(value / 1e9, 2) AS gb_per_s, clock_moved, clock_capped, method
+             FROM latest_ceilings WHERE name = 'host' ORDER BY kernel" \
+            || FAILED+=("host link ceilings")
+    fi
 fi
 
 if wants fixtures "$FIXTURES_TIMEOUT_S"; then

@@ -19,6 +19,7 @@ ROWS = (
     ("HBM bandwidth", "HBM", "HBM"),
     ("L2 bandwidth", "L2", None),
     ("L1 bandwidth (all SMs)", "L1", None),
+    ("host link (best pinned)", "host", None),
     ("fp64 FMA", "fp64_fma", "fp64"),
     ("fp32 FMA", "fp32_fma", "fp32"),
     ("fp16 FMA (half2)", "fp16_fma", None),
@@ -60,7 +61,7 @@ def summary(db: str) -> str:
     lines.append(f"{'ceiling':<22} {'measured':>14} {'kernel':>10} {'datasheet':>14} {'ratio':>6}")
     for label, name, sheet in ROWS:
         row = best.get(name)
-        unit = "B/s" if name in ("HBM", "L2", "L1") else "FLOP/s"
+        unit = "B/s" if name in ("HBM", "L2", "L1", "host") else "FLOP/s"
         value = row["value"] if row else None
         figures = {} if preset is None else {**preset.peak_flops_per_s, **preset.bandwidth_b_per_s}
         reference = figures.get(sheet) if sheet else None

@@ -1,5 +1,7 @@
 """The CUDA backend on a real GPU: GEMM correctness per dtype and layout, event timing against
-physics, the L2 flush, NVML readings, a quick ceilings run, and a small sweep end to end.
+physics, the L2 flush, NVML readings, a quick ceilings run, a small sweep end to end, and the
+bandwidth kernels: copy against cudaMemcpyAsync, the one-pass kernels' bounds, the L1 read's fall
+past the L1, and windows of more launches than CUDA queues.
 
 Each test is small (the whole module takes well under a minute on an H200). Bounds come from the
 datasheet preset of config/devices.yaml when the device matches one: a measured bandwidth above
@@ -13,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rooflab.backends.cuda_kernels import BLOCK, READ_SENTINEL, one_pass_blocks
 from rooflab.backends.selection import select_backend
 from rooflab.devices import matching_preset
 from rooflab.experiments.ceiling_plan import QUICK
@@ -22,7 +25,7 @@ from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
 from rooflab.records import to_table
 
-MiB = 1 << 20
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
 
 
@@ -225,3 +228,103 @@ def test_small_sweep_end_to_end(cuda):
         assert (point["flush_bytes"] >= 2 * cuda.l2_bytes) == (point["cache_state"] == "cold")
     (run,) = tables["runs"]
     assert run["backend"] == "cuda" and run["device_uuid"]
+
+
+# -- bandwidth kernels (issue 31) ------------------------------------------------------------------
+
+
+def _median_rate(cuda, call, amount: int, samples: int = 10) -> float:
+    """`amount` over the median of `samples` event-timed calls, after one untimed call."""
+    call()
+    cuda.synchronize()
+    return amount / statistics.median(cuda.time_call(call) for _ in range(samples))
+
+
+def test_copy_past_the_l2_moves_as_fast_as_cudamemcpy(cuda):
+    """rooflab's copy of 2 GiB per array against cudaMemcpyAsync device to device of the same
+    bytes, in one process: the sides alternate for 3 rounds and each keeps its best median (both
+    count read + write)."""
+    import cupy
+    from cupy.cuda import runtime
+
+    workload = cuda.stream_workload("copy", 2 * 2 * GiB, cuda.default_threads())
+    assert workload.amount_per_unit == 2 * 2 * GiB
+    assert workload.threads >= 2 * GiB // 16  # the one-pass form: a thread per vector
+    with cuda._stream:
+        source = cupy.ones(2 * GiB // 8, dtype=cupy.float64)
+        target = cupy.empty_like(source)
+
+    def memcpy() -> None:
+        runtime.memcpyAsync(
+            target.data.ptr,
+            source.data.ptr,
+            source.nbytes,
+            runtime.memcpyDeviceToDevice,
+            cuda._stream.ptr,
+        )
+
+    ours, reference = [], []
+    for _ in range(3):
+        ours.append(_median_rate(cuda, lambda: workload.run(1), workload.amount_per_unit))
+        reference.append(_median_rate(cuda, memcpy, 2 * source.nbytes))
+    assert max(ours) >= 0.98 * max(reference), (ours, reference)
+    assert max(ours) < _datasheet_hbm(cuda)
+
+
+def test_one_pass_kernels_cover_every_vector_and_nothing_past_it(cuda):
+    """n is not whole blocks: the last block's threads past n must not touch the arrays."""
+    import cupy
+
+    n = 5 * BLOCK + 32
+    grid, kernels = (one_pass_blocks(n),), cuda._kernels
+    with cuda._stream:
+        a = cupy.arange(2 * (n + BLOCK), dtype=cupy.float64) + 1  # room past n, to see a stray
+        b = cupy.zeros_like(a)
+        c = cupy.full_like(a, 2.0)
+        out = cupy.zeros_like(a)
+        sink = cupy.zeros(1, dtype=cupy.float64)
+        kernels["stream_copy_one_pass"](grid, (BLOCK,), (a, b, np.uint64(n)))
+        kernels["stream_triad_one_pass"](grid, (BLOCK,), (out, a, c, np.uint64(n), np.float64(0.5)))
+        kernels["stream_read_one_pass"](
+            grid, (BLOCK,), (a, np.uint64(n), np.float64(READ_SENTINEL), sink)
+        )
+    host_a, host_b, host_out = (x.get(stream=cuda._stream) for x in (a, b, out))
+    np.testing.assert_array_equal(host_b[: 2 * n], host_a[: 2 * n])
+    np.testing.assert_array_equal(host_out[: 2 * n], host_a[: 2 * n] + 0.5 * 2.0)
+    assert not host_b[2 * n :].any() and not host_out[2 * n :].any()
+    assert sink.get(stream=cuda._stream)[0] == 0.0  # positive data never sums to the sentinel
+    with cuda._stream:  # thread 0 loads 1 and 2: with 3 as the sentinel, its sum is stored
+        kernels["stream_read_one_pass"](grid, (BLOCK,), (a, np.uint64(n), np.float64(3), sink))
+    assert sink.get(stream=cuda._stream)[0] == 3.0
+
+
+def test_l1_read_falls_past_the_l1(cuda):
+    """Each block reads a region of its own: past the L1's capacity the SMs' loads go to the L2
+    (and beyond), and the rate falls well below the plateau."""
+    l1 = cuda.l1_bytes_per_sm
+
+    def rate(per_sm: int) -> float:
+        workload = cuda.local_cache_workload(per_sm, cuda.default_threads())
+        assert per_sm - 4 * KiB < workload.working_set_bytes <= per_sm
+        reps = max(1, int(2e-3 * 30e12 / workload.amount_per_unit))  # ~2 ms at an H200's plateau
+        return _median_rate(cuda, lambda: workload.run(reps), workload.amount_per_unit * reps, 5)
+
+    plateau = max(rate(per_sm) for per_sm in (l1 // 8, l1 // 4, l1 // 2))
+    past = rate(4 * l1)
+    assert past < 0.6 * plateau, (past, plateau)
+
+
+def test_more_one_pass_launches_than_the_launch_queue_holds_stay_device_timed(cuda):
+    """2000 passes in one sample (CUDA queues about 1000 launches): the hold is let go after
+    HELD_LAUNCHES, never times out, and the host keeps ahead of the device (the time per pass
+    matches that of 100 passes)."""
+    workload = cuda.stream_workload("read", 8 * cuda.l2_bytes, cuda.default_threads())
+    assert workload.threads >= workload.amount_per_unit // 16  # the one-pass form
+    per_pass = {}
+    for passes, samples in ((100, 5), (2000, 3)):
+        rate = _median_rate(
+            cuda, lambda p=passes: workload.run(p), workload.amount_per_unit * passes, samples
+        )
+        per_pass[passes] = workload.amount_per_unit / rate
+    assert cuda.hold_stream, cuda.timing_note  # the hold never timed out
+    assert per_pass[2000] < 1.05 * per_pass[100], per_pass

@@ -84,6 +84,9 @@ class Backend(ABC):
     # within a fraction of a second of sustained GEMMs and raises it again at rest. A CPU
     # without such a limit needs none.
     rest_before_peak_s: float = 0.0
+    # A link to host memory of its own to measure (a GPU's PCIe or NVLink-C2C): host_link_loads
+    # then gives its copies, measured as the memory level `host`. A CPU has none.
+    has_host_link: bool = False
 
     # -- identity and conditions --
     @abstractmethod
@@ -145,8 +148,14 @@ class Backend(ABC):
     def fma_workload(self, dtype: str, threads: int) -> CeilingLoad: ...
 
     def local_cache_workload(self, working_set_bytes: int, threads: int) -> CeilingLoad:
-        """Every SM reads the same `working_set_bytes` over and over; amount: all SMs' reads."""
+        """Each SM's L1 holds `working_set_bytes` (a region per resident block) and reads it over
+        and over; amount: all SMs' reads."""
         raise BackendError(f"backend {self.name} has no separate local-cache sweep")
+
+    def host_link_loads(self, buffer_bytes: int) -> list:
+        """The host link's copies of `buffer_bytes` each way, checked and ready to time
+        (rooflab.backends.cuda_host_link.HostLinkLoad); none where there is no host link."""
+        return []
 
     def gpu_other_processes(self) -> int:
         """Processes other than this one using the device; 0 where there is no device to share."""

@@ -14,7 +14,8 @@ Read against DESIGN.md §4:
   the data and compute types of rooflab.backends.cublas_args.GEMM_TYPES: fp64, fp32, TF32 tensor
   cores (fp32 data), fp16 and bf16 (fp32 accumulate); bf16 operands are uint16 bit patterns.
 - Ceilings: kernels/stream.cu and kernels/fma.cu through cupy.RawModule (NVRTC), grid = SM count
-  x resident blocks per SM.
+  x resident blocks per SM, except read, copy and triad past the L2, which launch a grid over the
+  whole array once per pass (rooflab.backends.cuda_stream).
 
 Everything runs on device 0 (set CUDA_VISIBLE_DEVICES to pick another GPU).
 """
@@ -47,26 +48,29 @@ from rooflab.backends.cuda_kernels import (
     FMA_FP64,
     READ_SENTINEL,
     STREAM_ARRAYS,
-    STREAM_INIT,
+    STREAM_FUNCTIONS,
     VECTOR_BYTES,
-    check_reps,
     fma_flops_per_iteration,
     kernel_source,
-    l1_vectors,
     pack_half2,
-    stream_vectors,
+    stream_forms_note,
 )
+from rooflab.backends.cuda_stream import StreamLoads
 from rooflab.backends.random_operands import random_nonzero
 from rooflab.conditions.nvml import ConditionSampler, GpuMonitor
 
 HOLD_TIMEOUT_S = 2.0  # longest the stream-holding kernel waits for the host to let it go
+# Launches a held stream takes before it is let go: CUDA queues about a thousand per stream, and
+# a host launching past that would wait for the held device until the hold timed out.
+HELD_LAUNCHES = 256
 
 
-class CudaBackend(Backend):
+class CudaBackend(StreamLoads, Backend):
     name = "cuda"
     stream_kernels = tuple(STREAM_ARRAYS)
     fma_dtypes = ("fp64", "fp32", "fp16")
     memory_level = "HBM"
+    has_host_link = True  # PCIe / NVLink-C2C to host memory: the level `host` (cuda_host_link)
     host_contention_matters = False  # events time the device; other GPU users are what count
     rest_before_peak_s = 1.0  # docs/measurements/2026-11-30-h200.md, run 3
 
@@ -114,7 +118,7 @@ class CudaBackend(Backend):
         self._kernels = {
             name: self._modules[module].get_function(name)  # compiles (NVRTC, cached on disk)
             for module, names in (
-                ("stream", ("stream_read", "stream_copy", "stream_triad", "l1_read")),
+                ("stream", STREAM_FUNCTIONS),
                 ("fma", ("fma_fp64", "fma_fp32", "fma_fp16")),
                 ("timing", ("hold_stream",)),
             )
@@ -186,9 +190,7 @@ class CudaBackend(Backend):
             self._launch_hold()
         for dtype in self.fma_dtypes:
             self.fma_workload(dtype, BLOCK).run(1)
-        for kernel in self.stream_kernels:
-            self.stream_workload(kernel, 64 * 1024, BLOCK).run(1)
-        self.local_cache_workload(64 * 1024, BLOCK).run(1)
+        self.warm_stream_kernels()
         self.synchronize()
         if self._timed_out.value:
             raise BackendError("the stream-holding kernel timed out although it was released")
@@ -206,7 +208,11 @@ class CudaBackend(Backend):
             )
             + (f"; {self.timing_note}" if self.timing_note else "")
         )
-        identity = {**self.identity, "timing_method": timing}
+        identity = {
+            **self.identity,
+            "timing_method": timing,
+            "stream_kernel_forms": stream_forms_note(self.l2_bytes),
+        }
         return {
             "host": self.host["hostname"],
             "machine_id": self.identity["machine_id"],
@@ -335,6 +341,17 @@ class CudaBackend(Backend):
             return self.time_call(call)
         return self._cp.cuda.get_elapsed_time(self._start, self._stop) * 1e-3
 
+    def launch_passes(self, launch: Callable[[int], object], passes: int) -> None:
+        """`launch(i)` for i = 0 .. passes - 1 on the measuring stream. A stream held by
+        time_call is let go after HELD_LAUNCHES of them: the queued passes then keep the device
+        busy while the host enqueues the rest, since a pass (cuda_kernels.ONE_PASS_ABOVE_L2) is
+        much longer than the host's time to launch one."""
+        with self._stream:
+            for index in range(passes):
+                if index == HELD_LAUNCHES:
+                    self._release.value = 1
+                launch(index)
+
     def gemm_operands(self, m, n, k, dtype, layout, seed) -> GemmOperands:
         self.check_dtype(dtype)
         if layout not in ("nn", "nt"):
@@ -398,62 +415,14 @@ class CudaBackend(Backend):
         per_sm = self._driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, BLOCK, 0)
         return max(1, min(self.sm_count * max(1, per_sm), -(-threads // BLOCK)))
 
-    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad:
-        if kernel not in self.stream_kernels:
-            raise BackendError(
-                f"unknown stream kernel {kernel!r}; known: {', '.join(STREAM_ARRAYS)}"
-            )
-        cp = self._cp
-        function = self._kernels[f"stream_{kernel}"]
-        grid = self._grid(function, threads)
-        n = stream_vectors(kernel, working_set_bytes, grid * BLOCK)
-        with self._stream:
-            arrays = [
-                cp.full(2 * n, STREAM_INIT + 1e-3 * j, dtype=cp.float64)
-                for j in range(STREAM_ARRAYS[kernel])
-            ]
-            sink = cp.zeros(1, dtype=cp.float64)
+    def host_link_loads(self, buffer_bytes: int) -> list:
+        """The host link's copies (rooflab.backends.cuda_host_link): the SM copy over mapped
+        pinned memory, cudaMemcpyAsync from pinned and from pageable memory, each checked."""
+        from rooflab.backends.cuda_host_link import host_link_loads
 
-        def run(reps: int) -> None:
-            check_reps(reps)
-            if kernel == "read":
-                args = (arrays[0], np.uint64(n), np.int32(reps), np.float64(READ_SENTINEL), sink)
-            elif kernel == "copy":
-                args = (arrays[0], arrays[1], np.uint64(n), np.int32(reps))
-            else:
-                args = (*arrays, np.uint64(n), np.int32(reps), np.float64(3.0))
-            with self._stream:
-                function((grid,), (BLOCK,), args)
-
-        return CeilingLoad(
-            run=run,
-            amount_per_unit=n * VECTOR_BYTES * STREAM_ARRAYS[kernel],
-            unit="B",
-            threads=grid * BLOCK,
-        )
-
-    def local_cache_workload(self, working_set_bytes: int, threads: int) -> CeilingLoad:
-        cp = self._cp
-        function = self._kernels["l1_read"]
-        grid = self._grid(function, threads)
-        n = l1_vectors(working_set_bytes)
-        with self._stream:
-            array = cp.full(2 * n, STREAM_INIT, dtype=cp.float64)
-            sink = cp.zeros(1, dtype=cp.float64)
-
-        def run(reps: int) -> None:
-            check_reps(reps)
-            args = (array, np.uint64(n), np.int32(reps), np.float64(READ_SENTINEL), sink)
-            with self._stream:
-                function((grid,), (BLOCK,), args)
-
-        return CeilingLoad(
-            run=run,
-            amount_per_unit=grid * n * VECTOR_BYTES,  # every block reads all n vectors per pass
-            unit="B",
-            threads=grid * BLOCK,
-            working_set_bytes=n * VECTOR_BYTES,
-        )
+        copy = self._kernels["stream_copy"]
+        grid = self._grid(copy, self.default_threads())
+        return host_link_loads(self._cp, self._stream, buffer_bytes, copy, grid, self.device)
 
     def fma_workload(self, dtype: str, threads: int) -> CeilingLoad:
         if dtype not in self.fma_dtypes:

@@ -1,7 +1,7 @@
 """What a ceilings run will measure, worked out before it measures anything: its settings (from
 the config's `ceilings` section), the working sets of its sweep, each level's plateau, and the
-refusals: a kernel, dtype or size this backend cannot measure, or a working set or library GEMM
-larger than the memory available to it (checked before anything is allocated)."""
+refusals: a kernel, dtype or size this backend cannot measure, or a working set, library GEMM or
+host-link buffer larger than the memory available to it (checked before anything is allocated)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from rooflab.backends.base import Backend, BackendError
+from rooflab.backends.cuda_host_link import DEFAULT_BUFFER_BYTES, check_buffer, copy_bytes
 from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.config import ConfigError
 from rooflab.experiments.timing import TimingSettings
@@ -54,6 +55,8 @@ class CeilingSettings:
     )
     max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
     disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
+    # Bytes of each host-link copy, on a backend with a host link (CUDA); None: not measured.
+    host_link_buffer_bytes: int | None = DEFAULT_BUFFER_BYTES
 
 
 QUICK = CeilingSettings(
@@ -63,6 +66,7 @@ QUICK = CeilingSettings(
     max_point_s=0.2,
     blas_n=1024,
     blas_timing=TimingSettings(warmup_s=0.1, min_time_s=0.05, min_samples=6, max_time_s=0.3),
+    host_link_buffer_bytes=256 * 1024 * 1024,  # over 2x the L2 of an H100 or H200 (50, 60 MiB)
 )
 # The fixed budgets of rooflab before its stopping rule (every point 5 windows of 50 ms, 4 points
 # per octave, five FMA rounds, library GEMMs sampled 1 s): benchmarks/ceilings_adaptive.py
@@ -84,9 +88,10 @@ def settings_from_config(
 ) -> CeilingSettings:
     """CeilingSettings from a validated config's `ceilings` section (sizes parsed with units)."""
     sizes = {}
-    for key in ("min_working_set", "max_working_set"):
-        text = ceilings[key]
-        if key == "max_working_set" and text == "auto":
+    texts = {key: ceilings[key] for key in ("min_working_set", "max_working_set")}
+    texts["host_link_buffer"] = ceilings.get("host_link_buffer", f"{DEFAULT_BUFFER_BYTES} B")
+    for key, text in texts.items():
+        if (key == "max_working_set" and text == "auto") or text is None:
             sizes[key] = None
             continue
         try:
@@ -109,6 +114,7 @@ def settings_from_config(
         blas_dtypes=tuple(ceilings["blas_dtypes"]),
         blas_n=ceilings["blas_n"],
         disturbance=DisturbanceSettings.from_config(disturbance or {}),
+        host_link_buffer_bytes=sizes["host_link_buffer"],
     )
 
 
@@ -181,6 +187,9 @@ def check_supported(backend: Backend, settings: CeilingSettings) -> None:
                 f"backend {backend.name} has no {what} {', '.join(map(repr, missing))}; "
                 f"supported: {', '.join(known)}"
             )
+    if backend.has_host_link and settings.host_link_buffer_bytes is not None:
+        caches = sum(backend.cache_bytes_by_level().values())
+        check_buffer(settings.host_link_buffer_bytes, caches)
 
 
 class CeilingsTooLarge(BackendError):
@@ -209,4 +218,11 @@ def check_memory(backend: Backend, settings: CeilingSettings, where: str = "ceil
             raise CeilingsTooLarge(
                 f"{where}.blas_n: {settings.blas_n} needs {format_quantity(needed, 'bytes')} for "
                 f"the {dtype} library GEMM's three n x n matrices, more than the {what}"
+            )
+    if backend.has_host_link and settings.host_link_buffer_bytes is not None:
+        needed = copy_bytes(settings.host_link_buffer_bytes)  # its device buffer
+        if needed > available:
+            raise CeilingsTooLarge(
+                f"{where}.host_link_buffer: the host link's device buffer, "
+                f"{format_quantity(needed, 'bytes')}, does not fit in the {what}"
             )

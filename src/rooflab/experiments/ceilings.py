@@ -7,7 +7,8 @@ takes such windows until the stopping rule is met (experiments.ceiling_windows) 
 median. An adaptive sweep steps coarsely over the plateaus and refines only at the edges
 (ceiling_plan.refine). A level's ceiling is the best point median on its plateau: working sets
 well inside that level and well outside the one before it. The memory behind the last cache is
-named by the backend (DRAM on a CPU, HBM on a GPU).
+named by the backend (DRAM on a CPU, HBM on a GPU). A backend with a link to host memory (CUDA)
+also measures that link as the level `host` (experiments.host_link_ceilings).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rooflab.experiments.ceiling_plan import (
     sweep_start,
 )
 from rooflab.experiments.ceiling_windows import Windows, time_workload, window_rule
+from rooflab.experiments.host_link_ceilings import measure_host_link
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.stopping import Stop, StoppingRule
@@ -192,18 +194,18 @@ def _run_ceilings(
         config_id = f"stream/{kernel}"
         tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
         points: dict[int, SweepPoint] = {}
-        kernel_threads = threads
         with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
             while sizes:
                 for size in sizes:
                     progress.start(f"{kernel} {format_quantity(size, 'bytes', 3)}", point_s)
                     workload = workload_for(size)
-                    kernel_threads = workload.threads or threads
                     below = [p for p in points.values() if p.working_set <= size]
                     hint = max(below, key=lambda p: p.working_set).rate if below else None
                     size_rule = window_rule(settings, _on_a_plateau(size, level_windows))
                     windows = timed(workload, hint, size_rule)
                     point = _sweep_point(workload, windows, kernel, config_id)
+                    # each point its own: a GPU's one-pass form launches a thread per vector
+                    point.row["threads"] = workload.threads or threads
                     points[size] = point
                     tables["samples"].extend(point.windows.sample_rows(run_id, point.point_id))
                     note = " (disturbed)" if point.verdict.disturbed else ""
@@ -221,9 +223,7 @@ def _run_ceilings(
                 (name for name, (lo, hi) in level_windows.items() if lo <= point.working_set <= hi),
                 None,
             )
-            point.row.update(
-                run_id=run_id, threads=kernel_threads, level=level, window_s=settings.window_s
-            )
+            point.row.update(run_id=run_id, level=level, window_s=settings.window_s)
             point.row.update(add_gpu_processes(point.verdict, readings).columns())
             tables["ceiling_sweep"].append(point.row)
         for level, (lo, hi) in level_windows.items():
@@ -250,7 +250,7 @@ def _run_ceilings(
                         f"write-allocate traffic not counted"
                     ),
                     "cache_state": CacheState.WARM,
-                    "threads": kernel_threads,
+                    "threads": top.row["threads"],
                     "working_set_min_bytes": min(p.working_set for p in on_plateau),
                     "working_set_max_bytes": max(p.working_set for p in on_plateau),
                     "n_points": len(on_plateau),
@@ -277,9 +277,10 @@ def _run_ceilings(
             local_sizes,
             lambda size: backend.local_cache_workload(size, threads),
             local_windows,
-            f"per-SM working sets (every SM reads the same buffer; {local.capacity_note})",
+            f"per-SM working sets (each block a region of its own; {local.capacity_note})",
         )
         fma_round()
+    measure_host_link(backend, settings, run_id, tables, progress, point_s)
 
     for dtype in settings.blas_dtypes:
         tables["ceilings"].append(_blas_ceiling(backend, dtype, settings, run_id, tables, progress))
@@ -337,8 +338,8 @@ def _on_a_plateau(working_set: int, level_windows: dict[str, tuple[int, int]]) -
 
 
 def _sweep_point(workload: CeilingLoad, windows: Windows, kernel: str, config_id: str):
-    """One sweep point from its windows: its `ceiling_sweep` row (run, threads and level are
-    filled in once the sweep is done) and its samples rows."""
+    """One sweep point from its windows: its `ceiling_sweep` row (threads are filled in by the
+    caller, run and level once the sweep is done) and its samples rows."""
     # one pass touches the whole working set, unless the workload says otherwise
     working_set = workload.working_set_bytes or workload.amount_per_unit
     point_id = f"{config_id}/ws{working_set}"

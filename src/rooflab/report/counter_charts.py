@@ -52,7 +52,8 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
 
     pts = points[points.intensity.map(lambda x: x is not None and 0 < x < math.inf)].copy()
     pts = pts[pts.achieved_flops_per_s > 0]
-    bandwidth = ceilings[ceilings.kind == "bandwidth"]
+    # no counter here counts the host link's bytes: its roof would have no point to read against
+    bandwidth = ceilings[(ceilings.kind == "bandwidth") & (ceilings.name != "host")]
     compute = ceilings[ceilings.kind == "compute"]
     if "compute_path" in pts and len(pts):
         compute = compute[compute.name.isin(set(pts.compute_path))]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import altair as alt
     import pandas as pd
 
-BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM", "HBM")  # fastest first
+BANDWIDTH_LEVELS = ("L1", "L2", "L3", "DRAM", "HBM")  # fastest first; others (host) after
 FMA_PATHS = ("fp64_fma", "fp32_fma", "fp16_fma")
 # library GEMM ceilings: BLAS on a CPU, cuBLAS (tensor cores where the dtype has them) on a GPU
 LIBRARY_PATHS = (
@@ -48,6 +48,7 @@ LIBRARY_PATHS = (
 # compute paths from a palette that uses none of those; a point takes its roof's colour.
 LEVEL_COLOURS = {"L1": "#2ca02c", "L2": "#1f77b4", "L3": "#ff7f0e", "DRAM": "#d62728"}
 LEVEL_COLOURS["HBM"] = LEVEL_COLOURS["DRAM"]
+LEVEL_COLOURS["host"] = "#8c6d31"  # a GPU's link to host memory (PCIe, NVLink-C2C)
 PATH_COLOURS = (
     "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
     "#393b79", "#7f7f7f", "#637939", "#e7ba52", "#843c39",

@@ -23,6 +23,13 @@ def _rate_text(value: float, unit: str) -> str:
     return f"{value:.4g} {html.escape(str(unit))}"
 
 
+def _or_dash(value) -> str:
+    """A cell's text, "-" where it has none (the host link's bytes have no dtype)."""
+    import pandas as pd
+
+    return "-" if value is None or pd.isna(value) else str(value)
+
+
 def _windows_text(ceiling) -> str:
     """How steady the samples behind a ceiling were; for a best-of-rounds path, how far its
     rounds spread (a low round is a slow spell of the machine, or a clock that moved)."""
@@ -100,7 +107,7 @@ def summary_html(connection, scope, facts) -> str:
         for r in ceilings.itertuples():
             out.append(
                 f"<tr><td>{esc(r.name)}</td><td class='num'>{_rate_text(r.value, r.unit)}</td>"
-                f"<td>{esc(str(r.kernel))}</td><td>{esc(str(r.dtype))}</td>"
+                f"<td>{esc(str(r.kernel))}</td><td>{esc(_or_dash(r.dtype))}</td>"
                 f"<td>{_windows_text(r)}{_disturbed_text(r)}</td></tr>"
             )
         out.append("</table>")

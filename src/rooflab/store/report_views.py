@@ -294,10 +294,12 @@ REPORT_VIEWS_SQL = {
         GROUP BY ALL
     """,
     # The ceiling sweep chart: per ceilings run, each kernel's bandwidth (GB/s) at each working
-    # set (B), with the plateau level the point belongs to.
+    # set (B), with the plateau level the point belongs to. Not the host link's copies
+    # (config_id host/...): one buffer each, no working set of a cache.
     "ceiling_sweep_points": """
         SELECT run_id, kernel, working_set_bytes, value / 1e9 AS gb_per_s, level, iqr_ratio
         FROM ceiling_sweep
+        WHERE config_id NOT LIKE 'host/%'
     """,
     # Per ceilings run, the working-set range (lo, hi, and mid between them, B) each bandwidth
     # ceiling was taken over: the shaded plateaus of the ceiling sweep chart.
