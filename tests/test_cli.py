@@ -122,7 +122,11 @@ def test_mixed_dtypes_and_beta(capsys):
                 "fp16",
                 "--beta",
                 "1",
-                *HYPOTHETICAL,
+                # int8 x int4 multiplies integers: its work is in OP, its peak in OP/s
+                "--peak",
+                "120 TOP/s",
+                "--bandwidth",
+                "2 TB/s",
                 "--format",
                 "json",
             ]
@@ -131,6 +135,7 @@ def test_mixed_dtypes_and_beta(capsys):
     )
     (row,) = json.loads(capsys.readouterr().out)
     assert row["bytes"] == 8 * 32 + 32 * 64 // 2 + 2 * (8 * 64 * 2)
+    assert row["ops"] == 2 * 8 * 64 * 32 and row["peak_ops_per_s"] == 120e12
 
 
 def test_model_stages_reproduces_200_vs_101_us():

@@ -15,7 +15,7 @@ from rooflab.config import (
 )
 from rooflab.counters.points import LEVEL_ORDER
 from rooflab.report.roofline_chart import BANDWIDTH_LEVELS, FMA_PATHS, LIBRARY_PATHS
-from rooflab.vocabulary import COMPUTE_PATH, MEMORY_LEVELS
+from rooflab.vocabulary import COMPUTE_PATH, INTEGER_PATHS, MEMORY_LEVELS
 from tests.conftest import run_rooflab
 
 CPUS = usable_cpus()
@@ -174,7 +174,10 @@ def test_a_binary_config_names_the_file(data, says, tmp_path):
 def test_the_known_ceiling_names_are_every_name_the_code_measures():
     gpu_paths = {p for cc in (70, 80, 90) for p in library_paths(cc).values()}
     gemm_paths = {p for paths in COMPUTE_PATH.values() for p in paths.values()}
-    assert {*FMA_PATHS, *LIBRARY_PATHS, *gpu_paths, *gemm_paths} == set(COMPUTE_PATHS)
+    known = {*FMA_PATHS, *LIBRARY_PATHS, *gpu_paths, *gemm_paths}
+    # a stage's work is in FLOP: never an integer path (OP/s), every other one
+    assert INTEGER_PATHS and known >= INTEGER_PATHS
+    assert known - INTEGER_PATHS == set(COMPUTE_PATHS)
     assert {*BANDWIDTH_LEVELS, *LEVEL_ORDER, *MEMORY_LEVELS} == set(MEMORY_LEVEL_NAMES)
 
 

@@ -152,7 +152,8 @@ def test_perf_scopes_its_counts_to_the_measured_call(tmp_path):
     whole_ms = whole.counts["task-clock"].value
     scoped_ms = scoped.counts["task-clock"].value
     assert whole.returncode == scoped.returncode == 0
-    assert whole_ms > 300 and 0 < scoped_ms < whole_ms / 20, (whole_ms, scoped_ms)
+    # the whole child is Python starting up (over 100 ms of CPU); the call, microseconds
+    assert whole_ms > 100 and 0 < scoped_ms < whole_ms / 20, (whole_ms, scoped_ms)
     assert scoped.other_lines == []  # perf's "Events enabled/disabled" are not kept as errors
     assert parse_perf_stat("Events enabled\nEvents disabled\n").other_lines == []
 

@@ -170,3 +170,50 @@ def test_every_nvml_call_matches_pynvml():
         parameters = inspect.signature(getattr(pynvml, name)).parameters.values()
         required = sum(p.default is inspect.Parameter.empty for p in parameters)
         assert required <= len(call.args) <= len(parameters), f"nvml.{name} (line {call.lineno})"
+
+
+def test_the_nvmath_names_rooflab_uses_exist_as_its_fake_has_them():
+    """rooflab.backends.cublaslt calls nvmath.bindings.cublasLt by the names (and enum values,
+    attribute buffer types) of tests/test_cublaslt_wiring.py's fake, and takes its types from
+    cublaslt_args: all of them must exist in the installed nvmath-python."""
+    try:
+        import nvmath
+        from nvmath.bindings import cublas as nv_cublas
+        from nvmath.bindings import cublasLt
+    except Exception as error:  # absent, or its CUDA bindings missing
+        pytest.skip(f"nvmath-python not importable: {type(error).__name__}: {error}")
+    import numpy as np
+
+    from rooflab.backends.cublaslt_args import LT_GEMM_TYPES
+    from tests import test_cublaslt_wiring as fake
+
+    used = [name for name in vars(fake.FakeCublasLt) if not name.startswith("_")]
+    assert len(used) > 15
+    assert [name for name in used if not hasattr(cublasLt, name)] == []
+    for mine, real in (
+        (fake.CudaDataType, nvmath.CudaDataType),
+        (fake.ComputeType, nv_cublas.ComputeType),
+        (fake.MatmulDescAttribute, cublasLt.MatmulDescAttribute),
+        (fake.MatmulPreferenceAttribute, cublasLt.MatmulPreferenceAttribute),
+    ):
+        assert {m.name: int(m) for m in mine} == {m.name: int(getattr(real, m.name)) for m in mine}
+    for types in LT_GEMM_TYPES.values():
+        for name in (types.a_type, types.b_type, types.d_type, types.scale_type):
+            assert hasattr(nvmath.CudaDataType, name), name
+        assert hasattr(nv_cublas.ComputeType, types.compute_type), types.compute_type
+    attribute = cublasLt.MatmulDescAttribute
+    lt_fake = fake.FakeCublasLt()
+    for name in ("TRANSA", "TRANSB", "A_SCALE_POINTER", "B_SCALE_POINTER"):
+        real_dtype = np.dtype(cublasLt.get_matmul_desc_attribute_dtype(attribute[name]))
+        assert real_dtype == np.dtype(lt_fake.get_matmul_desc_attribute_dtype(attribute[name]))
+    workspace = cublasLt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
+    assert np.dtype(cublasLt.get_matmul_preference_attribute_dtype(workspace)) == np.uint64
+    # as many arguments as the fake takes (its matmul takes the 16 that the wiring tests unpack)
+    for name in used:
+        function = getattr(fake.FakeCublasLt, name)
+        if not inspect.isfunction(function):
+            continue  # enums, the error class, MatmulHeuristicResult
+        real = len(inspect.signature(getattr(cublasLt, name)).parameters)
+        mine = inspect.signature(function).parameters
+        has_star = any(p.kind == p.VAR_POSITIONAL for p in mine.values())
+        assert real == (16 if has_star else len(mine) - 1), name  # less self

@@ -11,6 +11,7 @@ from snakemake.utils import update_config
 from rooflab.backends.base import BackendError
 from rooflab.backends.cpu import CpuBackend
 from rooflab.backends.cublas_args import GEMM_TYPES
+from rooflab.backends.cublaslt_args import LT_GEMM_TYPES
 from rooflab.backends.selection import cuda_problem
 from rooflab.config import load_config, load_yaml, validate_config
 from rooflab.experiments.ceiling_plan import QUICK, check_supported, plateaus
@@ -37,7 +38,7 @@ def test_gpu_campaign_is_gpu_only_once_merged_over_the_default():
     assert merged["backend"] == "cuda"
     assert merged["sweeps"] == load_config(CONFIG / "gpu.yaml")["sweeps"]  # nothing of the CPU's
     for name, sweep in merged["sweeps"].items():
-        assert set(sweep["dtypes"]) <= set(GEMM_TYPES), name
+        assert set(sweep["dtypes"]) <= set(GEMM_TYPES) | set(LT_GEMM_TYPES), name
     for name, scenario in merged["stages"].items():
         assert scenario["memory_level"] == "HBM", name  # the GPU's memory, not DRAM
         assert scenario["compute_path"].endswith(("_tensor", "_fma")), name
@@ -59,7 +60,8 @@ def test_gpu_campaign_holds_the_articles_weight_reuse_sweep():
 def test_gpu_ceilings_settings():
     ceilings = load_config(CONFIG / "gpu.yaml")["ceilings"]
     assert ceilings["fma_dtypes"] == ["fp64", "fp32", "fp16"]
-    assert set(ceilings["blas_dtypes"]) == set(GEMM_TYPES)
+    # cuBLAS's dtypes, and through cuBLASLt FP8 (e4m3) and int8
+    assert set(ceilings["blas_dtypes"]) == set(GEMM_TYPES) | {"fp8_e4m3", "int8"}
     assert ceilings["blas_n"] >= 8192
 
 

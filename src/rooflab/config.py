@@ -3,7 +3,8 @@
 The Snakefile and the CLI both go through `validate_config`, so a key means the same in both. Errors
 are one line that names the key (`sweeps.decode.m[2]`) and what was expected. What the schema cannot
 say is checked after it: every number finite, ranges whose ends are two keys, the usable CPUs, and
-stage graphs (names, order, the ceilings a scenario is drawn against).
+stage graphs (names, order, the ceilings a scenario is drawn against), and the dtypes only
+cuBLASLt runs (FP8, int8): the cuda backend's alone, in layout nt, with N and K aligned.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from jsonschema.exceptions import best_match
 
 from rooflab.model import ModelError, Stage, sized_stage, topological_order
 from rooflab.units import UnitError, as_quantity, parse_bytes
-from rooflab.vocabulary import COMPUTE_PATH, MEMORY_LEVELS
+from rooflab.vocabulary import COMPUTE_PATH, INTEGER_PATHS, MEMORY_LEVELS
 
 __all__ = [
     "COMPUTE_PATHS",
@@ -42,11 +43,17 @@ PACKAGED_CONFIG_DIR = Path(__file__).resolve().parent / "_config"
 
 # The measured ceilings a stages scenario may be drawn against (`compute_path`, `memory_level`):
 # the path each GEMM dtype pairs with, the FMA chains (ceilings.fma_dtypes), the library GEMMs
-# (CPU BLAS; cuBLAS without tensor cores), the cache levels and the memory behind them.
+# (CPU BLAS; cuBLAS without tensor cores), the cache levels and the memory behind them. Not an
+# integer path (int8_tensor, in OP/s): a stage's work is in FLOP.
 COMPUTE_PATHS = tuple(
     sorted(
         {
-            *(path for paths in COMPUTE_PATH.values() for path in paths.values()),
+            *(
+                path
+                for paths in COMPUTE_PATH.values()
+                for path in paths.values()
+                if path not in INTEGER_PATHS
+            ),
             *(f"{dtype}_fma" for dtype in ("fp64", "fp32", "fp16")),
             *(f"{dtype}_blas" for dtype in ("fp64", "fp32")),
             *(f"{dtype}_cublas" for dtype in ("fp64", "fp32")),
@@ -54,6 +61,11 @@ COMPUTE_PATHS = tuple(
     )
 )
 MEMORY_LEVEL_NAMES = ("L1", "L2", "L3", *MEMORY_LEVELS)
+# GEMM dtypes only cuBLASLt runs (rooflab.backends.cublaslt_args), each with the multiple N and K
+# must be of: the cuda backend's alone, and only in cuBLASLt's TN format (W stored N×K: layout nt;
+# its FP8 and int8 kernels on Ada, Hopper and Blackwell GeForce take no other).
+LT_DTYPE_ALIGNMENT = {"fp8_e4m3": 16, "fp8_e5m2": 16, "int8": 4}
+CPU_GEMM_DTYPES = tuple(COMPUTE_PATH["cpu"])  # what the CPU backend's GEMMs and BLAS ceilings run
 
 # Sections whose entries are named (a sweep, a scenario, a machine): a campaign file passed with
 # --configfile replaces these of the default file instead of adding to them (campaign_config).
@@ -195,6 +207,11 @@ def _check_ranges(config: dict, source: str) -> None:
             f"{source}: ceilings.min_working_set: must be at most ceilings.max_working_set "
             f"({ceilings['max_working_set']}), got {ceilings['min_working_set']}"
         )
+    if ceilings["host_link_buffer"] is not None:
+        try:
+            parse_bytes(ceilings["host_link_buffer"], positive=True)
+        except UnitError as error:
+            raise ConfigError(f"{source}: ceilings.host_link_buffer: {error}") from None
     # On a cluster (a machine with sbatch options) the jobs run elsewhere: these CPUs say nothing.
     here = not any(m.get("slurm_extra") for m in config["machines"].values())
     threads, cpus = ceilings["threads"], usable_cpus()
@@ -203,6 +220,40 @@ def _check_ranges(config: dict, source: str) -> None:
             f"{source}: ceilings.threads: at most the {cpus} CPUs this process may use "
             f"(backend {config['backend']}), got {threads}"
         )
+
+
+def _check_lt_dtypes(config: dict, source: str) -> None:
+    """The dtypes only cuBLASLt runs (LT_DTYPE_ALIGNMENT): not on backend cpu (in a sweep or
+    ceilings.blas_dtypes), and in a sweep only with layout nt and N, K on their alignment."""
+    cpu = config["backend"] == "cpu"
+    asked = [("ceilings.blas_dtypes", config["ceilings"]["blas_dtypes"], None)]
+    asked += [(f"sweeps.{name}.dtypes", s["dtypes"], s) for name, s in config["sweeps"].items()]
+    for key, dtypes, sweep in asked:
+        for dtype in (d for d in dtypes if d in LT_DTYPE_ALIGNMENT):
+            if cpu:
+                raise ConfigError(
+                    f"{source}: {key}: backend cpu does not support dtype {dtype!r}; supported: "
+                    f"{', '.join(CPU_GEMM_DTYPES)} (FP8 and int8 GEMMs run through cuBLASLt, on "
+                    "backend cuda)"
+                )
+            if sweep is None:
+                continue
+            where = key.removesuffix(".dtypes")
+            if "nn" in sweep["layouts"]:
+                raise ConfigError(
+                    f"{source}: {where}.layouts: dtype {dtype!r} with layout nn is refused: "
+                    "cuBLASLt runs FP8 and int8 GEMMs only in its TN format (W stored N×K), "
+                    "layout nt; give layouts: [nt] (the default is [nn])"
+                )
+            alignment = LT_DTYPE_ALIGNMENT[dtype]
+            for size in ("n", "k"):
+                for index, value in enumerate(sweep[size]):
+                    if value % alignment:
+                        raise ConfigError(
+                            f"{source}: {where}.{size}[{index}]: dtype {dtype!r} needs "
+                            f"{size.upper()} a multiple of {alignment} (cuBLASLt's alignment), "
+                            f"got {value}"
+                        )
 
 
 def _check_scenario(scenario: dict, source: str, key: str = "") -> list[Stage]:
@@ -247,6 +298,7 @@ def validate_config(config: dict, source: str = "config") -> dict:
         raise ConfigError(f"{source}: expected a mapping of keys, got {type(config).__name__}")
     _check(_schema(), config, source)
     _check_ranges(config, source)
+    _check_lt_dtypes(config, source)
     for name, scenario in config["stages"].items():
         _check_scenario(scenario, source, f"stages.{name}")
     for name, workload in config["workloads"].items():

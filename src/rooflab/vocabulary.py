@@ -42,10 +42,20 @@ COMPUTE_PATH = {
         "tf32": "tf32_tensor",
         "fp16": "fp16_tensor",
         "bf16": "bf16_tensor",
+        # through cuBLASLt (backends.cublaslt_args): FP8 in FLOP/s, e4m3 and e5m2 alike; int8 x
+        # int8 -> int32 on the integer tensor cores, in OP/s
+        "fp8_e4m3": "fp8_tensor",
+        "fp8_e5m2": "fp8_tensor",
+        "int8": "int8_tensor",
     },
 }
+# The compute paths whose work is integer operations: their ceilings are in OP/s, and only a
+# GEMM whose work is in OP (model.work_unit) is placed against them; every other path is in
+# FLOP/s. An integer ceiling is never a FLOP/s ceiling.
+INTEGER_PATHS = frozenset({"int8_tensor"})
 MEMORY_LEVEL = "DRAM"  # the memory's name when the ceilings do not say otherwise
 MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
+HOST_LEVEL = "host"  # a GPU's link to host memory: a level with a ceiling, never a point's
 
 
 def compute_path(backend: str | None, dtype: str) -> str | None:
@@ -60,7 +70,13 @@ def workload_compute_path(dtype: str) -> str | None:
     return f"{dtype}_fma" if dtype in ("fp64", "fp32", "fp16") else None
 
 
+def path_unit(path: str) -> str:
+    """The unit of a compute path's ceiling: OP/s for an integer path, else FLOP/s."""
+    return "OP/s" if path in INTEGER_PATHS else "FLOP/s"
+
+
 def datasheet_path(dtype: str) -> str:
     """The datasheet path (config/devices.yaml) a GEMM of one dtype runs on: the dtype's name,
-    with the fp8 variants sharing one "fp8" path."""
+    with the fp8 variants sharing one "fp8" path (`paths`, FLOP/s); int8's is the integer path
+    "int8" (`integer_paths`, OP/s: devices.DevicePreset.peak_ops_per_s)."""
     return "fp8" if dtype.startswith("fp8") else dtype

@@ -4,9 +4,9 @@ each dtype against the dequantised float64 reference and rooflab.backends.cublas
 tolerances (int8 exactly), the layouts cuBLASLt itself refuses, and one timing smoke check of FP8,
 int8 and bf16 through cuBLASLt beside bf16 through cuBLAS (the faster bf16 is the ceiling).
 
-Why the low-level binding: nvmath.linalg.advanced.Matmul takes its types from the operands'
-dtypes, and CuPy has no float8 dtype (a uint8 array would be CUDA_R_8U), and Matmul has no
-integer GEMM; the binding takes raw device pointers and cudaDataType_t values.
+The runner (LtPlan) and the operands (lt_arrays) are rooflab.backends.cublaslt's, which the CUDA
+backend uses for its FP8 and int8 GEMMs; the last tests run those through the backend itself
+(gemm_operands, matmul, a weight-reuse sweep through experiments.gemm).
 
 Skipped without a CUDA device (tests/gpu/conftest.py) and without an importable nvmath-python.
 Run with -s to see the errors and rates it prints ("cublaslt: ..."); those are measurements of
@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 
 from rooflab.backends.base import BackendError
-from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
+from rooflab.backends.bfloat16 import bf16_bits_to_float32
+from rooflab.backends.cublaslt import WORKSPACE_BYTES, LtPlan, load_binding, lt_arrays
 from rooflab.backends.cublaslt_args import (
+    INT32_POISON,
     LT_GEMM_TYPES,
     OP_N,
     LtGemm,
-    LtTypes,
     check_pointer_alignment,
     compare_with_reference,
     dequantised_reference,
@@ -33,145 +34,50 @@ from rooflab.backends.cublaslt_args import (
     lt_matmul_model,
     row_major_lt_gemm,
 )
-from rooflab.backends.fp8 import float_to_fp8_bits
-from rooflab.backends.random_operands import random_nonzero
 from rooflab.config import config_file, load_yaml
 from rooflab.devices import matching_preset
+from rooflab.experiments.correctness import check_gemm
+from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.timing import TimingSettings
+from rooflab.records import to_table
 from rooflab.units import parse_op_rate
 
-WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommendation for Hopper
-INT32_POISON = -(2**31)  # no int8 GEMM here reaches it (|Y| <= 128·128·K = 2^26 at K = 4096)
-SCALES = {"x": 3.0 / 448, "w": 0.02 / 448}  # amax / largest e4m3 code, as a quantiser sets them
 SAMPLED = 256  # rows and columns of a large result compared with the host reference
 
 
 @pytest.fixture(scope="module")
 def lt():
-    """(cublasLt, cublas, CudaDataType, handle) of nvmath-python, or a skip that says why."""
+    """nvmath-python's cuBLASLt binding and a handle (rooflab.backends.cublaslt.LtBinding), or a
+    skip that says why."""
     try:
-        import nvmath
-        from nvmath.bindings import cublas, cublasLt
-    except Exception as error:  # absent, or its CUDA bindings (cuda-bindings) missing
-        pytest.skip(f"nvmath-python not importable: {type(error).__name__}: {error}")
-    handle = cublasLt.create()
-    yield cublasLt, cublas, nvmath.CudaDataType, handle
-    cublasLt.destroy(handle)
-
-
-class LtPlan:
-    """One cublasLtMatmul ready to run: descriptors, the heuristic's best algorithm, workspace.
-    A = W, B = X, C = D = Y (beta = 0), on `stream_ptr`."""
-
-    def __init__(self, lt, types: LtTypes, gemm: LtGemm, x, w, y, scales, stream_ptr, workspace):
-        cublasLt, cublas, data_type, handle = lt
-        self._lt, self._made = cublasLt, []
-        compute = int(getattr(cublas.ComputeType, types.compute_type))
-        scale_type = int(getattr(data_type, types.scale_type))
-        desc = self._make(cublasLt.matmul_desc_create(compute, scale_type), "matmul_desc")
-        settings = [("TRANSA", gemm.transa), ("TRANSB", gemm.transb)]
-        settings += [(name, scales[operand].data.ptr) for name, operand in types.scale_pointers]
-        for name, value in settings:
-            self._set("matmul_desc", desc, cublasLt.MatmulDescAttribute[name], value)
-        a, b, d = (
-            self._make(
-                cublasLt.matrix_layout_create(int(getattr(data_type, kind)), *shape, ld),
-                "matrix_layout",
-            )
-            for kind, shape, ld in (
-                (types.a_type, gemm.a_shape, gemm.lda),
-                (types.b_type, gemm.b_shape, gemm.ldb),
-                (types.d_type, gemm.d_shape, gemm.ldd),
-            )
-        )
-        preference = self._make(cublasLt.matmul_preference_create(), "matmul_preference")
-        workspace_attribute = cublasLt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
-        self._set("matmul_preference", preference, workspace_attribute, workspace.nbytes)
-        # algo is the first member of cublasLtMatmulHeuristicResult_t: its address is the
-        # result's address
-        self._result = cublasLt.MatmulHeuristicResult()
-        found = np.zeros(1, dtype=np.int32)
-        try:  # no algorithm: a zero count, or CUBLAS_STATUS_NOT_SUPPORTED raised
-            cublasLt.matmul_algo_get_heuristic(
-                handle, desc, a, b, d, d, preference, 1, self._result.ptr, found.ctypes.data
-            )
-        except cublasLt.cuBLASLtError:
-            self.close()
-            raise
-        if found[0] == 0:
-            self.close()
-            raise BackendError(f"cuBLASLt found no algorithm for {types.description}, {gemm}")
-        self._alpha = np.ones(1, dtype=types.scalar_dtype)
-        self._beta = np.zeros(1, dtype=types.scalar_dtype)
-        self._keep = (x, w, y, scales, workspace)  # alive as long as the plan
-        alpha, beta = self._alpha.ctypes.data, self._beta.ctypes.data
-        self._args = (handle, desc, alpha, w.data.ptr, a, x.data.ptr, b, beta, y.data.ptr, d)
-        self._args += (y.data.ptr, d, self._result.ptr, workspace.data.ptr, workspace.nbytes)
-        self._args += (stream_ptr,)
-
-    def _make(self, made, kind: str):
-        self._made.append((getattr(self._lt, f"{kind}_destroy"), made))
-        return made
-
-    def _set(self, kind: str, target, attribute, value) -> None:
-        """cublasLt{kind}SetAttribute with a host buffer of the attribute's own type."""
-        dtype = getattr(self._lt, f"get_{kind}_attribute_dtype")(attribute)
-        buffer = np.array([value], dtype=dtype)
-        getattr(self._lt, f"{kind}_set_attribute")(
-            target, attribute, buffer.ctypes.data, buffer.itemsize
-        )
-
-    def __call__(self) -> None:
-        self._lt.matmul(*self._args)
-
-    def close(self) -> None:
-        while self._made:
-            destroy, made = self._made.pop()
-            destroy(made)
-
-
-def device_operands(dtype: str, m: int, n: int, k: int, layout: str, seed: int):
-    """X, W (stored as cuBLASLt reads them), a poisoned Y and the device scales."""
-    import cupy
-
-    types = LT_GEMM_TYPES[dtype]
-    w_shape = (k, n) if layout == "nn" else (n, k)
-    x_real = random_nonzero(cupy, (m, k), seed, stream=0)
-    w_real = random_nonzero(cupy, w_shape, seed, stream=1)
-    if dtype == "int8":
-        x, w = (cupy.floor(v * 128).astype(cupy.int8) for v in (x_real, w_real))
-    elif dtype == "bf16":
-        x, w = (float32_to_bf16_bits(cupy, v.astype(cupy.float32)) for v in (x_real, w_real))
-    else:
-        x_fmt, w_fmt = (d.removeprefix("fp8_") for d in types.ledger_dtypes[:2])
-        x = float_to_fp8_bits(cupy, 3.0 * x_real / SCALES["x"], x_fmt, saturate=True)
-        w = float_to_fp8_bits(cupy, 0.02 * w_real / SCALES["w"], w_fmt, saturate=True)
-    y = cupy.full((m, n), INT32_POISON if types.integer else BF16_NAN_BITS, dtype=types.y_storage)
-    scales = {name: cupy.asarray([value], dtype=cupy.float32) for name, value in SCALES.items()}
-    return x, w, y, scales
+        binding = load_binding()
+    except BackendError as error:  # absent, or its CUDA bindings (cuda-bindings) missing
+        pytest.skip(str(error))
+    yield binding
+    binding.cublasLt.destroy(binding.handle)
 
 
 def run(lt, cuda, dtype, m, n, k, layout, seed=1):
+    """One GEMM through LtPlan on the backend's stream: (plan, gemm, x, w, y, scales)."""
     import cupy
 
     gemm = row_major_lt_gemm(m, n, k, layout, dtype, cuda.compute_capability)
     with cuda._stream:  # the backend's measuring stream
-        x, w, y, scales = device_operands(dtype, m, n, k, layout, seed)
+        arrays = lt_arrays(cupy, dtype, m, n, k, layout, seed)
         workspace = cupy.empty(WORKSPACE_BYTES, dtype=cupy.uint8)
+    x, w, y = arrays.x, arrays.w, arrays.y
     for name, array in (("X", x), ("W", w), ("Y", y)):
         check_pointer_alignment(dtype, name, array.data.ptr)
-    plan = LtPlan(lt, LT_GEMM_TYPES[dtype], gemm, x, w, y, scales, cuda._stream.ptr, workspace)
+    types = LT_GEMM_TYPES[dtype]
+    plan = LtPlan(lt, types, gemm, x, w, y, arrays.device_scales, cuda._stream.ptr, workspace)
     plan()
     cuda.synchronize()
-    return plan, gemm, x, w, y
+    return plan, gemm, x, w, y, arrays.scales or (1.0, 1.0)
 
 
 def host_result(dtype, y) -> np.ndarray:
     host = y.get()
     return host.astype(np.int64) if dtype == "int8" else bf16_bits_to_float32(np, host)
-
-
-def _scales(dtype):
-    return (SCALES["x"], SCALES["w"]) if LT_GEMM_TYPES[dtype].scale_pointers else (1.0, 1.0)
 
 
 CASES = (
@@ -183,9 +89,8 @@ CASES = (
 
 @pytest.mark.parametrize(("dtype", "layout", "m", "n", "k"), CASES)
 def test_small_gemms_match_the_numpy_model(lt, cuda, dtype, layout, m, n, k):
-    plan, gemm, x, w, y = run(lt, cuda, dtype, m, n, k, layout)
+    plan, gemm, x, w, y, (scale_x, scale_w) = run(lt, cuda, dtype, m, n, k, layout)
     plan.close()
-    scale_x, scale_w = _scales(dtype)
     x_host, w_host = x.get(), w.get()
     reference, magnitude = dequantised_reference(
         x_host, w_host, layout, dtype, scale_x=scale_x, scale_w=scale_w
@@ -196,7 +101,7 @@ def test_small_gemms_match_the_numpy_model(lt, cuda, dtype, layout, m, n, k):
     assert all(c.passed for c in checks), checks
     # the model of the same call, read through the same arguments
     model = lt_matmul_model(
-        gemm, dtype, a=w_host.ravel(), b=x_host.ravel(), **_model_scales(dtype)
+        gemm, dtype, a=w_host.ravel(), b=x_host.ravel(), **_model_scales(dtype, scale_x, scale_w)
     ).reshape(m, n)
     if dtype == "int8":
         np.testing.assert_array_equal(y.get(), model)
@@ -205,8 +110,7 @@ def test_small_gemms_match_the_numpy_model(lt, cuda, dtype, layout, m, n, k):
         print(f"cublaslt: {dtype} {layout} m{m} n{n} k{k}: {same:.1%} of bf16 outputs bit-equal")
 
 
-def _model_scales(dtype):
-    scale_x, scale_w = _scales(dtype)
+def _model_scales(dtype, scale_x, scale_w):
     if not LT_GEMM_TYPES[dtype].scale_pointers:
         return {}
     of = {"x": scale_x, "w": scale_w}
@@ -219,12 +123,11 @@ def test_4096_cubed_is_correct_on_sampled_rows_and_columns(lt, cuda, dtype):
     import cupy
 
     n = 4096
-    plan, _, x, w, y = run(lt, cuda, dtype, n, n, n, "nt", seed=2)
+    plan, _, x, w, y, (scale_x, scale_w) = run(lt, cuda, dtype, n, n, n, "nt", seed=2)
     plan.close()
     rng = np.random.default_rng(0)
     rows = np.sort(np.append(rng.choice(n - 1, SAMPLED - 1, replace=False), n - 1))
     cols = np.sort(np.append(rng.choice(n - 1, SAMPLED - 1, replace=False), n - 1))
-    scale_x, scale_w = _scales(dtype)
     x_rows, w_rows = x[cupy.asarray(rows)].get(), w[cupy.asarray(cols)].get()  # W is N×K
     reference, magnitude = dequantised_reference(
         x_rows, w_rows, "nt", dtype, scale_x=scale_x, scale_w=scale_w
@@ -269,7 +172,7 @@ def test_what_the_mapping_refuses_cublaslt_refuses_too(lt, cuda, what, types, tr
         x = cupy.ones((m, k), dtype=storage)
         w = cupy.ones((k, n), dtype=storage)
         y = cupy.zeros((m, n), dtype=types.y_storage)
-        scales = {name: cupy.ones(1, dtype=cupy.float32) for name in SCALES}
+        scales = {name: cupy.ones(1, dtype=cupy.float32) for name in ("x", "w")}
         workspace = cupy.empty(WORKSPACE_BYTES, dtype=cupy.uint8)
     cublasLt = lt[0]
     with pytest.raises((BackendError, cublasLt.cuBLASLtError)) as caught:
@@ -328,3 +231,97 @@ def test_timing_smoke_fp8_int8_and_bf16_beside_cublas(lt, cuda):
             plan.close()
         del cublas_ops
     print("\n".join(lines))
+
+
+# -- through the CUDA backend (rooflab.backends.cublaslt wired into CudaBackend) -------------------
+
+
+def test_the_backend_runs_fp8_and_int8_through_cublaslt(lt, cuda):
+    """gemm_operands / poison / matmul / check_gemm of the backend at 4096^3, layout nt, as a
+    sweep point runs them; nn is refused with cublaslt_args' one line."""
+    assert {"fp8_e4m3", "fp8_e5m2", "int8"} <= set(cuda.gemm_dtypes), cuda.gemm_dtypes
+    assert cuda.library_path("fp8_e4m3") == "fp8_tensor"
+    assert cuda.library_path("int8") == "int8_tensor"
+    for dtype in ("fp8_e4m3", "int8"):
+        operands = cuda.gemm_operands(4096, 4096, 4096, dtype, "nt", seed=2)
+        assert operands.dtype == dtype
+        assert (operands.scales is not None) == dtype.startswith("fp8")
+        cuda.poison(operands.y)
+        cuda.matmul(operands)
+        cuda.synchronize()
+        checks, rows, cols = check_gemm(
+            operands.x, operands.w, operands.y, "nt", dtype, xp=cuda.array_module,
+            scales=operands.scales,
+        )  # fmt: skip
+        print(f"cublaslt: backend {dtype} 4096^3: {checks}")
+        assert all(c.passed for c in checks) and (rows, cols) == (SAMPLED, SAMPLED), checks
+        metrics = {c.metric for c in checks}
+        assert metrics == ({"finite", "max_abs_error"} if dtype == "int8" else
+                           {"finite", "rel_frobenius", "max_componentwise"})  # fmt: skip
+        seconds = statistics.median(
+            cuda.time_call(lambda o=operands: cuda.matmul(o)) for _ in range(10)
+        )
+        print(f"cublaslt: backend {dtype} 4096^3: {2 * 4096**3 / seconds / 1e12:.1f} T/s (smoke)")
+        with pytest.raises(BackendError, match="refuses layout nn"):
+            cuda.gemm_operands(64, 64, 64, dtype, "nn", seed=0)
+
+
+def test_a_tiny_weight_reuse_sweep_of_fp8_and_int8(lt, cuda):
+    sweep = {
+        "m": [1, 3, 64],
+        "n": [4096],
+        "k": [4096],
+        "dtypes": ["fp8_e4m3", "int8"],
+        "layouts": ["nt"],
+        "cache_states": ["warm", "cold"],
+        "seed": 0,
+    }
+    timing = TimingSettings(warmup_s=0.02, min_time_s=0.05, min_samples=5)
+    tables = run_gemm_sweep(cuda, "lt_small", sweep, timing)
+    for name, rows in tables.items():
+        to_table(name, rows)
+    assert tables["correctness"] and all(r["passed"] for r in tables["correctness"])
+    points = tables["gemm_points"]
+    assert len(points) == 3 * 2 * 2
+    for point in points:
+        ledger = lt_gemm_ledger(point["m"], point["n"], point["k"], point["dtype"])
+        assert point["bytes_model"] == ledger.bytes and point["flops"] == ledger.flops
+        assert point["y_dtype"] == ("int32" if point["dtype"] == "int8" else "bf16")
+        assert point["median_s"] > 0 and point["n_samples"] >= 5
+    units = {s["amount_unit"] for s in tables["samples"] if "/int8/" in s["config_id"]}
+    assert units == {"OP"}
+
+
+def test_library_ceilings_of_bf16_fp8_and_int8(lt, cuda):
+    """bf16: two rows (cuBLAS gemmEx, cuBLASLt), each saying which is the faster; fp8 FLOP/s and
+    int8 OP/s rows through cuBLASLt; every rate under its datasheet figure."""
+    from dataclasses import replace
+
+    from rooflab.experiments.ceiling_plan import QUICK
+    from rooflab.experiments.ceilings import _library_ceilings
+    from rooflab.progress import Progress
+
+    settings = replace(QUICK, blas_n=4096)
+    tables = {"conditions": [], "samples": []}
+    rows = []
+    with Progress("lt ceilings", terminal=False) as progress:
+        progress.plan([1.0] * 3)
+        for dtype in ("bf16", "fp8_e4m3", "int8"):
+            rows += _library_ceilings(cuda, dtype, settings, "r", tables, progress)
+    by = {(r["name"], r["kernel"]): r for r in rows}
+    assert set(by) == {
+        ("bf16_tensor", "matmul"),
+        ("bf16_tensor", "cublaslt_matmul"),
+        ("fp8_tensor", "cublaslt_matmul"),
+        ("int8_tensor", "cublaslt_matmul"),
+    }
+    assert by[("int8_tensor", "cublaslt_matmul")]["unit"] == "OP/s"
+    assert by[("fp8_tensor", "cublaslt_matmul")]["unit"] == "FLOP/s"
+    bf16 = [by[("bf16_tensor", k)] for k in ("matmul", "cublaslt_matmul")]
+    assert all("is the faster" in r["method"] for r in bf16)
+    for row in rows:
+        print(f"cublaslt: ceiling {row['name']} {row['kernel']}: {row['value'] / 1e12:.1f} T"
+              f"{row['unit']} ({row['method']})")  # fmt: skip
+        peak = _datasheet(cuda, row["name"])
+        if peak:
+            assert row["value"] < 1.05 * peak, row

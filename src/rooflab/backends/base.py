@@ -40,6 +40,19 @@ class GemmOperands:
     layout: str
     dtype: str | None = None
     plan: Any = None  # what the backend prepared for its matmul call (e.g. cuBLAS arguments)
+    # (scale_x, scale_w): the per-tensor scales the GEMM multiplies by (FP8 through cuBLASLt:
+    # Y = scale_x·scale_w·X·W of the stored codes); None where there are none
+    scales: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class LibraryVariant:
+    """One library GEMM call timed for a dtype's library ceiling (Backend.library_variants)."""
+
+    kernel: str  # the `ceilings` row's kernel ("matmul": the backend's own library call)
+    library: str  # short name, for comparing variants ("cuBLAS gemmEx", "cuBLASLt")
+    description: str  # what runs: the start of the row's `method`
+    layout: str = "nn"
 
 
 @dataclass(frozen=True)
@@ -190,6 +203,16 @@ class Backend(ABC):
 
     def library_description(self, dtype: str) -> str:
         return "library GEMM (numpy matmul / BLAS)"
+
+    def library_variants(self, dtype: str) -> tuple[LibraryVariant, ...]:
+        """The library GEMM calls timed for the dtype's library ceiling, each a `ceilings` row
+        named `library_path(dtype)`; the roof is the fastest, as for every name. One by default
+        (CUDA: bf16 through cuBLAS gemmEx and through cuBLASLt)."""
+        return (LibraryVariant("matmul", "library", self.library_description(dtype)),)
+
+    def library_operands(self, n: int, dtype: str, variant: LibraryVariant) -> GemmOperands:
+        """Operands of the n x n x n GEMM that `variant` times."""
+        return self.gemm_operands(n, n, n, dtype, variant.layout, seed=0)
 
     def library_threads(self) -> int | None:
         """Threads of the GEMM library (BLAS) where it has a pool; None where it has none."""

@@ -43,11 +43,14 @@ from rooflab.backends.fp8 import fp8_bits_to_float32
 from rooflab.model import GemmLedger, gemm_ledger
 
 __all__ = [
+    "INT32_POISON",
     "LT_GEMM_TYPES",
+    "LT_ONLY_DTYPES",
     "LtCheck",
     "LtGemm",
     "LtRounding",
     "LtTypes",
+    "check_compute_capability",
     "check_pointer_alignment",
     "compare_with_reference",
     "dequantised_reference",
@@ -61,6 +64,9 @@ __all__ = [
 
 OP_N, OP_T = 0, 1  # CUBLAS_OP_N, CUBLAS_OP_T
 INT32_MAX = 2**31 - 1
+# What an int32 output is filled with before a GEMM: no int8 GEMM of K < 2^17 reaches it
+# (no product is below -128·127), so an element still holding it was not written.
+INT32_POISON = -(2**31)
 
 # cudaDataType_t name -> how the model reads a stored element (numpy storage, decoder)
 _FP8_CODES = {"CUDA_R_8F_E4M3": "e4m3", "CUDA_R_8F_E5M2": "e5m2"}
@@ -179,6 +185,11 @@ LT_GEMM_TYPES: dict[str, LtTypes] = {
 }
 
 
+# The dtypes only cuBLASLt runs: cublasGemmEx has no FP8 types, and rooflab's int8 GEMM is
+# cuBLASLt's IMMA (bf16 runs through both: rooflab.backends.cublas_args).
+LT_ONLY_DTYPES = ("fp8_e4m3", "fp8_e5m2", "int8")
+
+
 def _types(dtype: str) -> LtTypes:
     if dtype not in LT_GEMM_TYPES:
         known = ", ".join(LT_GEMM_TYPES)
@@ -244,12 +255,7 @@ def row_major_lt_gemm(
     if layout not in ("nn", "nt"):
         raise BackendError(f"unknown layout {layout!r}; supported: nn, nt")
     types = _types(dtype)
-    if compute_capability < types.min_compute_capability:
-        major, minor = divmod(types.min_compute_capability, 10)
-        raise BackendError(
-            f"{dtype} through cuBLASLt needs compute capability {major}.{minor} or later; this "
-            f"device has {compute_capability // 10}.{compute_capability % 10}"
-        )
+    check_compute_capability(dtype, compute_capability)
     if layout == "nn" and _tn_required(types, compute_capability):
         raise BackendError(
             f"{dtype} through cuBLASLt refuses layout nn: its kernels take only the TN format "
@@ -267,6 +273,17 @@ def row_major_lt_gemm(
     if layout == "nn":
         return LtGemm(OP_N, OP_N, n, m, k, lda=n, ldb=k, ldd=n)
     return LtGemm(OP_T, OP_N, n, m, k, lda=k, ldb=k, ldd=n)
+
+
+def check_compute_capability(dtype: str, compute_capability: int) -> None:
+    """Refuse (one line) a device too old for the dtype's cuBLASLt kernels."""
+    required = _types(dtype).min_compute_capability
+    if compute_capability < required:
+        major, minor = divmod(required, 10)
+        raise BackendError(
+            f"{dtype} through cuBLASLt needs compute capability {major}.{minor} or later; this "
+            f"device has {compute_capability // 10}.{compute_capability % 10}"
+        )
 
 
 def check_pointer_alignment(dtype: str, name: str, pointer: int) -> None:

@@ -13,6 +13,8 @@ Read against DESIGN.md §4:
 - GEMM: cublasGemmEx on rooflab's own cuBLAS handle (default math mode, host pointer mode), with
   the data and compute types of rooflab.backends.cublas_args.GEMM_TYPES: fp64, fp32, TF32 tensor
   cores (fp32 data), fp16 and bf16 (fp32 accumulate); bf16 operands are uint16 bit patterns.
+  FP8 (e4m3, e5m2) and int8 through cuBLASLt where nvmath-python loads it and the device has
+  them (rooflab.backends.cublaslt), and bf16 through cuBLASLt beside cuBLAS in the ceilings.
 - Ceilings: kernels/stream.cu and kernels/fma.cu through cupy.RawModule (NVRTC), grid = SM count
   x resident blocks per SM, except read, copy and triad past the L2, which launch a grid over the
   whole array once per pass (rooflab.backends.cuda_stream).
@@ -39,7 +41,9 @@ from rooflab.backends.base import (
     nvtx_name,
 )
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
-from rooflab.backends.cublas_args import GEMM_TYPES, library_paths, row_major_gemm
+from rooflab.backends.cublas_args import GEMM_TYPES, row_major_gemm
+from rooflab.backends.cublaslt import CublasLtGemms, LtPlan
+from rooflab.backends.cublaslt_args import INT32_POISON, LT_ONLY_DTYPES
 from rooflab.backends.cuda_identity import cuda_versions, gpu_identity, version_text
 from rooflab.backends.cuda_kernels import (
     BLOCK,
@@ -65,7 +69,7 @@ HOLD_TIMEOUT_S = 2.0  # longest the stream-holding kernel waits for the host to 
 HELD_LAUNCHES = 256
 
 
-class CudaBackend(StreamLoads, Backend):
+class CudaBackend(StreamLoads, CublasLtGemms, Backend):
     name = "cuda"
     stream_kernels = tuple(STREAM_ARRAYS)
     fma_dtypes = ("fp64", "fp32", "fp16")
@@ -106,8 +110,7 @@ class CudaBackend(StreamLoads, Backend):
         self.device_name = _text(properties["name"])
         self.memory_bytes = int(properties["totalGlobalMem"])
         self.pci_bus_id = self.device.pci_bus_id
-        self._library_paths = library_paths(self.compute_capability)
-        self.gemm_dtypes = tuple(self._library_paths)
+        self._load_cublaslt()
 
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._start, self._stop = cupy.cuda.Event(), cupy.cuda.Event()
@@ -199,6 +202,7 @@ class CudaBackend(StreamLoads, Backend):
     def run_metadata(self) -> dict:
         runtime = self._runtime
         versions = cuda_versions(self._cp, self._cublas.getVersion(self._handle))
+        versions.update(self._lt.versions())
         timing = (
             "CUDA events on a dedicated non-blocking stream; "
             + (
@@ -230,6 +234,7 @@ class CudaBackend(StreamLoads, Backend):
                 "call": "cublasGemmEx on rooflab's own handle",
                 "math_mode": "CUBLAS_DEFAULT_MATH",
                 "types": {dtype: types.description for dtype, types in GEMM_TYPES.items()},
+                "cublaslt": self._lt.metadata(),
             },
         }
 
@@ -354,6 +359,8 @@ class CudaBackend(StreamLoads, Backend):
 
     def gemm_operands(self, m, n, k, dtype, layout, seed) -> GemmOperands:
         self.check_dtype(dtype)
+        if dtype in LT_ONLY_DTYPES:  # FP8, int8: cuBLASLt (layout nn refused there)
+            return self._lt.operands(self._stream, m, n, k, dtype, layout, seed)
         if layout not in ("nn", "nt"):
             raise BackendError(f"unknown layout {layout!r}; supported: nn, nt")
         cp, runtime, cublas = self._cp, self._runtime, self._cublas
@@ -398,12 +405,16 @@ class CudaBackend(StreamLoads, Backend):
         return values.astype(GEMM_TYPES[dtype].storage)
 
     def matmul(self, operands: GemmOperands) -> None:
+        if isinstance(operands.plan, LtPlan):  # FP8, int8 (and bf16 in the ceilings)
+            return operands.plan.run(self._stream.ptr)
         with self._stream:
             self._cublas.gemmEx(*operands.plan[0])
 
     def poison(self, array) -> None:
+        """NaN; bf16 bit patterns: a quiet NaN; int32 (int8 GEMMs): INT32_POISON."""
+        value = {np.uint16: BF16_NAN_BITS, np.int32: INT32_POISON}.get(array.dtype.type, np.nan)
         with self._stream:
-            array.fill(BF16_NAN_BITS if array.dtype == np.uint16 else np.nan)
+            array.fill(value)
 
     def to_host(self, array):
         host = array.get(stream=self._stream)
@@ -459,6 +470,8 @@ class CudaBackend(StreamLoads, Backend):
         return self._library_paths[dtype]
 
     def library_description(self, dtype: str) -> str:
+        if dtype in LT_ONLY_DTYPES:
+            return self._lt.description(dtype)
         return f"cuBLAS gemmEx, {GEMM_TYPES[dtype].description}"
 
 

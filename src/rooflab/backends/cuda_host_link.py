@@ -34,8 +34,8 @@ import numpy as np
 
 from rooflab.backends.base import BackendError, CeilingLoad
 from rooflab.backends.cuda_kernels import BLOCK, VECTOR_BYTES, check_reps
+from rooflab.vocabulary import HOST_LEVEL
 
-HOST_LEVEL = "host"  # the memory level's name in the ceilings and on the Roofline
 DIRECTIONS = {"h2d": "host to device", "d2h": "device to host"}
 METHODS = {
     "sm": "SM copy kernel (stream_copy)",

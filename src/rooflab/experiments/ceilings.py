@@ -17,7 +17,8 @@ import statistics
 from dataclasses import asdict, replace
 from typing import NamedTuple
 
-from rooflab.backends.base import Backend, CeilingLoad
+from rooflab.backends.base import Backend, BackendError, CeilingLoad, LibraryVariant
+from rooflab.backends.cublaslt_args import LT_ONLY_DTYPES
 from rooflab.conditions.disturbance import Verdict, add_gpu_processes, wait_until_idle
 from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.ceiling_plan import (
@@ -33,11 +34,13 @@ from rooflab.experiments.ceiling_plan import (
     sweep_start,
 )
 from rooflab.experiments.ceiling_windows import Windows, time_workload, window_rule
+from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.host_link_ceilings import measure_host_link
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.stopping import Stop, StoppingRule
 from rooflab.experiments.timing import clean, fastest_window_median, measure, sample_rows
+from rooflab.model import work_unit
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
@@ -66,6 +69,8 @@ def run_ceilings(
     """Measure the ceilings; the rows of each table (nothing is written here). Refuses, before
     measuring, what the backend cannot measure or its memory cannot hold (ceiling_plan), and
     holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
+    for dtype in (d for d in settings.blas_dtypes if d in LT_ONLY_DTYPES):
+        backend.check_dtype(dtype)  # says why (CUDA: the device, or nvmath-python missing)
     check_supported(backend, settings)
     check_memory(backend, settings)
     with measuring("ceilings"), Progress("ceilings") as progress:
@@ -283,7 +288,9 @@ def _run_ceilings(
     measure_host_link(backend, settings, run_id, tables, progress, point_s)
 
     for dtype in settings.blas_dtypes:
-        tables["ceilings"].append(_blas_ceiling(backend, dtype, settings, run_id, tables, progress))
+        tables["ceilings"].extend(
+            _library_ceilings(backend, dtype, settings, run_id, tables, progress)
+        )
     fma_round()
 
     for dtype, ((_, rate), iters, fma_threads, config_id, verdict, stop) in best.items():
@@ -360,13 +367,62 @@ def _sweep_point(workload: CeilingLoad, windows: Windows, kernel: str, config_id
     )
 
 
-def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
+def _library_ceilings(backend, dtype, settings, run_id, tables, progress) -> list[dict]:
+    """A dtype's library GEMM ceilings: a row per call the backend times for it
+    (`library_variants`; on CUDA, bf16 through cuBLAS gemmEx and through cuBLASLt), all named
+    `library_path(dtype)`, the kernel telling the calls apart. As for every name, the roof is the
+    best row; where there are several, each row's method says which is the faster, by how much."""
+    variants = backend.library_variants(dtype)
+    progress.add([planned_blas_s(settings, backend.rest_before_peak_s)] * (len(variants) - 1))
+    rows = [
+        _blas_ceiling(backend, dtype, variant, index, settings, run_id, tables, progress)
+        for index, variant in enumerate(variants)
+    ]
+    if len(rows) > 1:
+        _compare_variants(rows, variants)
+    return rows
+
+
+def _compare_variants(rows: list[dict], variants: tuple[LibraryVariant, ...]) -> None:
+    """Add to each row's method which of the library calls is the faster, and by how much."""
+    best = max(range(len(rows)), key=lambda i: rows[i]["value"])
+    kind = "op_rate" if rows[best]["unit"] == "OP/s" else "flop_rate"
+    for i, row in enumerate(rows):
+        others = [j for j in range(len(rows)) if j != i]
+        beside = ", ".join(
+            f"{variants[j].library} ({format_quantity(rows[j]['value'], kind, 4)})" for j in others
+        )
+        fast, slow = (i, max(others, key=lambda j: rows[j]["value"])) if i == best else (best, i)
+        who = "this" if i == best else variants[best].library
+        by = rows[fast]["value"] / rows[slow]["value"] - 1
+        row["method"] += f"; timed beside {beside}: {who} is the faster, by {by:.1%}, so the roof"
+
+
+def _check_library_gemm(backend, operands, dtype: str, config_id: str) -> None:
+    """Correct before timed, as in the sweeps (experiments.correctness): a wrong result stops."""
+    backend.poison(operands.y)
+    backend.matmul(operands)
+    backend.synchronize()
+    checks, _, _ = check_gemm(
+        operands.x, operands.w, operands.y, operands.layout, dtype,
+        xp=backend.array_module, scales=operands.scales,
+    )  # fmt: skip
+    failed = [f"{c.metric} {c.error:.3g} > {c.tolerance:.3g}" for c in checks if not c.passed]
+    if failed:
+        raise BackendError(f"{config_id}: the library GEMM's result is wrong: {'; '.join(failed)}")
+
+
+def _blas_ceiling(backend, dtype, variant, index, settings, run_id, tables, progress) -> dict:
     n = settings.blas_n
-    config_id = f"blas/{dtype}/n{n}"
+    # the first variant keeps the config id of a single library GEMM; the others add their kernel
+    config_id = f"blas/{dtype}/n{n}" + (f"/{variant.kernel}" if index else "")
+    unit = work_unit(dtype)  # OP for int8, else FLOP
     progress.start(
-        f"library GEMM {dtype} n={n}", planned_blas_s(settings, backend.rest_before_peak_s)
+        f"library GEMM {dtype} n={n} ({variant.library})",
+        planned_blas_s(settings, backend.rest_before_peak_s),
     )
-    operands = backend.gemm_operands(n, n, n, dtype, "nn", seed=0)
+    operands = backend.library_operands(n, dtype, variant)
+    _check_library_gemm(backend, operands, dtype, config_id)
     wait_until_idle()  # numba's pool may still spin from the kernels before it
     before = conditions_row(backend, run_id, "before", config_id)
     timing = replace(
@@ -388,14 +444,14 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
     readings.append(conditions_row(backend, run_id, "after", config_id))
     tables["conditions"].extend(readings)
     tables["samples"].extend(
-        sample_rows(run_id, config_id, CacheState.WARM, measured.samples, 2 * n**3, "FLOP")
+        sample_rows(run_id, config_id, CacheState.WARM, measured.samples, 2 * n**3, unit)
     )
     verdict = add_gpu_processes(measured.verdict, readings)
     # The clean samples in the order they were taken: a window of consecutive clean samples.
     seconds = [s.seconds for s in clean(measured.samples)]
     window = min(settings.windows, len(seconds))
     fastest_s, windows = fastest_window_median(seconds, window)
-    sustained = format_quantity(2 * n**3 / statistics.median(seconds), "flop_rate", 4)
+    sustained = format_quantity(2 * n**3 / statistics.median(seconds), f"{unit.lower()}_rate", 4)
     idle = timing.cooldown_s
     rested = f"sampled after {idle:g} s idle, " if idle else ""
     best = (
@@ -407,12 +463,13 @@ def _blas_ceiling(backend, dtype, settings, run_id, tables, progress) -> dict:
         "run_id": run_id,
         "kind": "compute",
         "name": backend.library_path(dtype),
-        "kernel": "matmul",
+        "kernel": variant.kernel,
         "dtype": dtype,
         "value": 2 * n**3 / fastest_s,
-        "unit": "FLOP/s",
+        "unit": f"{unit}/s",
         "method": (
-            f"{backend.library_description(dtype)} of {n}x{n}x{n}, {rested}{best} warm samples "
+            f"{variant.description} of {n}x{n}x{n} (layout {variant.layout}, 2n³ {unit}), "
+            f"checked, then {rested}{best} warm samples "
             f"(the median of all {len(seconds)}, under the clocks they saw: {sustained}; "
             f"{timing.rule().describe()})"
         ),

@@ -25,6 +25,13 @@ live); the counts are recorded. The reference is computed where the operands liv
 or CuPy): on a GPU, the sampled rows and columns are converted to float64 and multiplied on the
 device, and only the sampled results come to the host. bf16 operands are uint16 bit patterns
 (rooflab.backends.bfloat16); tf32 operands are float32 (the rounding happens inside the GEMM).
+
+FP8 (fp8_e4m3, fp8_e5m2) and int8 GEMMs run through cuBLASLt (rooflab.backends.cublaslt_args):
+their operands are FP8 codes (uint8) or int8, their results bf16 or int32. They are checked the
+same way, except that the sampled rows and columns go to the host, where the reference is
+cublaslt_args.dequantised_reference (the codes decoded exactly, times the per-tensor scales) and
+the tolerances are cublaslt_args.lt_tolerances (int8: exact). An int8 result is poisoned with
+INT32_POISON, which no int8 GEMM here reaches: an element still holding it counts as not finite.
 """
 
 from __future__ import annotations
@@ -35,6 +42,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflab.backends.bfloat16 import bf16_bits_to_float32, count_non_finite_bf16
+from rooflab.backends.cublaslt_args import (
+    INT32_POISON,
+    LT_GEMM_TYPES,
+    LT_ONLY_DTYPES,
+    compare_with_reference,
+    dequantised_reference,
+)
 
 # Unit roundoff of each dtype's values (tf32: of its products' inputs).
 UNIT_ROUNDOFF = {
@@ -98,9 +112,16 @@ def as_float64(xp, array, dtype: str):
     return array.astype(xp.float64)
 
 
+def _integer_output(dtype: str) -> bool:
+    return dtype in LT_ONLY_DTYPES and LT_GEMM_TYPES[dtype].integer
+
+
 def count_non_finite(xp, array, dtype: str) -> int:
-    """NaN and Inf elements of a whole result, without a float64 copy of it."""
-    if dtype == "bf16":
+    """NaN and Inf elements of a whole result, without a float64 copy of it (an int32 result:
+    the elements still holding the poison, INT32_POISON)."""
+    if _integer_output(dtype):
+        return int(xp.count_nonzero(array == INT32_POISON))
+    if dtype == "bf16" or dtype in LT_ONLY_DTYPES:  # FP8 GEMMs store bf16
         return count_non_finite_bf16(xp, array)
     return int(array.size - int(xp.count_nonzero(xp.isfinite(array))))
 
@@ -110,27 +131,32 @@ def _host(xp, array) -> np.ndarray:
 
 
 def check_gemm(
-    x, w, y, layout: str, dtype: str, seed: int = 0, xp=np
+    x, w, y, layout: str, dtype: str, seed: int = 0, xp=np, scales=None
 ) -> tuple[list[Check], int, int]:
     """Checks of Y against X·W (W used transposed for layout nt); returns checks, rows, cols.
 
-    x, w, y are arrays of `xp` (numpy, or CuPy for operands on a GPU) in dtype's storage.
+    x, w, y are arrays of `xp` (numpy, or CuPy for operands on a GPU) in dtype's storage;
+    `scales`: (scale_x, scale_w) of an FP8 GEMM (GemmOperands.scales), else None.
     """
     m, k = x.shape
     n = y.shape[1]
     non_finite = count_non_finite(xp, y, dtype)
+    what = "still hold the poison (not written)" if _integer_output(dtype) else "are NaN or Inf"
     checks = [
         Check(
             "finite",
             float(non_finite),
             0.0,
             non_finite == 0,
-            f"{non_finite} of {y.size} elements are NaN or Inf" if non_finite else "",
+            f"{non_finite} of {y.size} elements {what}" if non_finite else "",
         )
     ]
     rng = np.random.default_rng(seed)
     rows, cols = _sample(m, MAX_CHECKED_ROWS, rng), _sample(n, MAX_CHECKED_COLS, rng)
     rows_at, cols_at = xp.asarray(rows), xp.asarray(cols)
+    if dtype in LT_ONLY_DTYPES:
+        checks += _lt_checks(xp, x, w, y, layout, dtype, rows_at, cols_at, scales)
+        return checks, len(rows), len(cols)
     x64 = as_float64(xp, x[rows_at], dtype)
     w_kn = w if layout == "nn" else w.T
     w64 = as_float64(xp, w_kn[:, cols_at], dtype)
@@ -146,3 +172,24 @@ def check_gemm(
         passed = math.isfinite(error) and error <= limits[metric]
         checks.append(Check(metric, error, limits[metric], passed))
     return checks, len(rows), len(cols)
+
+
+def _lt_checks(xp, x, w, y, layout, dtype, rows_at, cols_at, scales) -> list[Check]:
+    """An FP8 or int8 result on the sampled rows and columns against the dequantised reference
+    (on the host: these are uint8 codes or int8, and the reference decodes them exactly)."""
+    types = LT_GEMM_TYPES[dtype]
+    if types.scale_pointers and scales is None:
+        raise ValueError(f"a {dtype} GEMM is checked with its per-tensor scales; none given")
+    scale_x, scale_w = scales or (1.0, 1.0)
+    w_cols = w[cols_at] if layout == "nt" else w[:, cols_at]  # nt: W is stored N×K
+    reference, magnitude = dequantised_reference(
+        _host(xp, x[rows_at]), _host(xp, w_cols), layout, dtype, scale_x=scale_x, scale_w=scale_w
+    )
+    got = _host(xp, y[rows_at][:, cols_at])
+    got = got.astype(np.int64) if types.integer else bf16_bits_to_float32(np, got)
+    k = x.shape[1]
+    return [
+        Check(c.metric, c.error, c.tolerance, c.passed)
+        for c in compare_with_reference(got, reference, magnitude, dtype, k)
+        if c.metric != "finite"  # the whole result's, above
+    ]

@@ -6,12 +6,13 @@ import itertools
 from dataclasses import dataclass
 
 from rooflab.backends.base import Backend, BackendError
+from rooflab.backends.cublaslt_args import LT_ONLY_DTYPES, lt_gemm_ledger
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.rounds import TimedPoint
 from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings
-from rooflab.model import gemm_ledger, tensor_bytes
+from rooflab.model import GemmLedger, gemm_ledger
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
@@ -53,11 +54,20 @@ def sweep_configs(name: str, sweep: dict) -> list[GemmConfig]:
     ]
 
 
+def config_ledger(config: GemmConfig) -> GemmLedger:
+    """The configuration's work and model bytes. FP8 and int8 run through cuBLASLt
+    (cublaslt_args.lt_gemm_ledger): X and W one byte an element, Y bf16 (FP8) or int32 (int8),
+    plus FP8's two float32 per-tensor scales; an int8 GEMM's work is in OP (`work_unit`)."""
+    ledger = lt_gemm_ledger if config.dtype in LT_ONLY_DTYPES else gemm_ledger
+    return ledger(config.m, config.n, config.k, config.dtype)
+
+
 def bytes_needed(config: GemmConfig) -> int:
     """Operands in their dtype, plus the float64 copies the correctness check makes: the sampled
     rows of X and columns of W, and three rows x columns arrays (reference, scale, result)."""
     m, n, k = config.m, config.n, config.k
-    operands = sum(tensor_bytes(config.dtype, count) for count in (m * k, k * n, m * n))
+    ledger = config_ledger(config)
+    operands = ledger.bytes_x + ledger.bytes_w + ledger.bytes_y_write
     rows, cols = min(m, MAX_CHECKED_ROWS), min(n, MAX_CHECKED_COLS)
     return operands + 8 * (rows * k + k * cols + 3 * rows * cols)
 
@@ -189,6 +199,7 @@ def _check_config(backend, config, operands, run_id, seed, tables) -> bool:
         config.dtype,
         seed=seed,
         xp=backend.array_module,
+        scales=operands.scales,
     )
     for check in checks:
         tables["correctness"].append(
@@ -215,17 +226,20 @@ def _planned(timing: TimingSettings, sweep: dict) -> list[float]:
 def _time_config(backend, config, operands, sweep, timing, run_id, tables, progress, points):
     """One round of a configuration: each cache state timed once more (points: the sweep's
     TimedPoint per configuration and cache state)."""
-    ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
+    ledger = config_ledger(config)
     for cache_state in sweep["cache_states"]:
         point = points.setdefault(
             (config.config_id, cache_state), TimedPoint(config.config_id, cache_state, ledger.flops)
         )
         rounds = f" round {len(point.measurements) + 1}" if timing.rounds > 1 else ""
         progress.start(f"{config.short_id} {cache_state}{rounds}", planned_timing_s(timing))
+        taken = len(tables["samples"])
         point.time_round(
             backend, lambda: backend.matmul(operands), timing, tables, run_id=run_id,
             progress=progress,
         )  # fmt: skip
+        for sample in tables["samples"][taken:]:  # rounds names the amount FLOP; int8's is OP
+            sample["amount_unit"] = ledger.work_unit
 
 
 def _identity(config: GemmConfig, run_id: str) -> dict:
@@ -242,14 +256,14 @@ def _identity(config: GemmConfig, run_id: str) -> dict:
 
 
 def _point_row(backend, config, point: TimedPoint, timing, run_id, threads) -> dict:
-    ledger = gemm_ledger(config.m, config.n, config.k, config.dtype)
+    ledger = config_ledger(config)
     return {
         **_identity(config, run_id),
-        "x_dtype": config.dtype,
-        "w_dtype": config.dtype,
-        "y_dtype": config.dtype,
+        "x_dtype": ledger.x_dtype,
+        "w_dtype": ledger.w_dtype,
+        "y_dtype": ledger.y_dtype,
         "layout": config.layout,
-        "flops": ledger.flops,
+        "flops": ledger.flops,  # OP for int8 (ledger.work_unit)
         "bytes_model": ledger.bytes,
         "threads": threads,
         **point.columns(backend, timing),

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from rooflab.backends.base import Backend
 from rooflab.backends.cuda_host_link import (
     DIRECTIONS,
-    HOST_LEVEL,
     METHODS,
     PLAN,
     HostLinkCase,
@@ -32,7 +31,7 @@ from rooflab.experiments.ceiling_windows import time_workload, window_rule
 from rooflab.experiments.runs import conditions_row, during_rows
 from rooflab.progress import Progress
 from rooflab.units import format_quantity
-from rooflab.vocabulary import CacheState
+from rooflab.vocabulary import HOST_LEVEL, CacheState
 
 CASES = {case.kernel: case for case in PLAN}
 # The columns a ceiling row takes from its case's sweep row as they are.

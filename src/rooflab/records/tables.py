@@ -398,6 +398,7 @@ TABLES: dict[str, pa.Schema] = {
             ("q_source", _S),
             ("bytes", _I),
             ("flops", _I),
+            ("work_unit", _S),  # of flops: FLOP, or OP (int8); intensity per B, rates per s
             ("intensity", _F),
             ("median_s", _F),
             ("achieved_flops_per_s", _F),
@@ -435,8 +436,8 @@ TABLES: dict[str, pa.Schema] = {
         [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I)]
     ),
     # Derived, per ceilings run: the figures of the datasheet preset (config/devices.yaml) whose
-    # match names the run's device; kind "compute" (name: a path, FLOP/s) or "bandwidth" (name:
-    # a level, B/s).
+    # match names the run's device; kind "compute" (name: a path, FLOP/s; an integer path, OP/s)
+    # or "bandwidth" (name: a level, B/s), in `unit`.
     "datasheet_roofs": pa.schema(
         [
             ("run_id", _S),
@@ -475,8 +476,7 @@ TABLES: dict[str, pa.Schema] = {
             ("bandwidth_b_per_s", _F),
         ]
     ),
-    # Derived: every run the roofline step read (kind: the run's kind); the store replaces the
-    # derived rows of exactly these runs.
+    # Derived: every run the roofline step read; the store replaces exactly these runs' rows.
     "roofline_inputs": pa.schema([("run_id", _S), ("machine_id", _S), ("kind", _S)]),
 }
 

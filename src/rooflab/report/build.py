@@ -18,7 +18,7 @@ from rooflab.report.history_charts import history_charts
 from rooflab.report.machine_charts import MachineRoofs, machines_chart
 from rooflab.report.names import duplicates, name_part
 from rooflab.report.page import Chart, MachineSection, index_html, table_html, vl_version
-from rooflab.report.roofline_chart import roofline_chart
+from rooflab.report.roofline_chart import compute_roofs_in, points_in, roofline_chart
 from rooflab.report.roofline_points import roofline_title
 from rooflab.report.run_charts import (
     CONDITION_QUANTITIES,
@@ -68,6 +68,15 @@ ROOFLINE_HOW = (
     "path's where compute-bound), with a dotted line up to that roof: its length is the "
     "efficiency left on the table. Shape: the sweep; size: M; filled: warm cache, hollow: cold; "
     "a black triangle marks a point above its roof. Grey dashed roofs are the datasheet's."
+)
+
+INTEGER_HOW = (
+    "The Roofline of the integer GEMMs (int8 x int8 -> int32 on the tensor cores): their work "
+    "is 2MNK integer operations, in OP, not FLOP, so their roof is an OP/s ceiling "
+    "(int8_tensor: cuBLASLt's int8 GEMM; dashed grey: the datasheet's int8 figure, in OP/s, "
+    "dense) and their intensity is OP per byte of the cold-cache model. The bandwidth roofs are "
+    "the same as on the Roofline above; no point here is comparable with a FLOP/s roof. Colours, "
+    "shapes and guides as above."
 )
 
 HIERARCHICAL_HOW = (
@@ -132,7 +141,11 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
         "counters_html": counters_summary_html(queries.counters_state(connection, scope), counted),
     }
 
-    if not ceilings.empty or not points.empty:
+    integer_roofs = compute_roofs_in(ceilings, "OP")
+    integer_points = points_in(points, "OP")
+    integer = bool(integer_roofs) or not integer_points.empty
+    flop_points = points_in(points, "FLOP")
+    if not ceilings.empty or not flop_points.empty:
         notes = ""
         if not failed.empty:
             items = "".join(
@@ -149,12 +162,28 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 ROOFLINE_HOW + WORKLOADS_HOW * bool(workloads),
                 roofline_chart(
                     ceilings,
-                    points,
+                    flop_points,
                     queries.datasheet_roofs(connection, scope),
-                    roofline_title(scope, points),
+                    roofline_title(scope, flop_points),
                     pairs,
                 ),
-                notes + far_below_note(points),
+                notes + _integer_note(integer_roofs, integer_points) + far_below_note(flop_points),
+            )
+        )
+    if integer:
+        charts.append(
+            Chart(
+                "integer_roofline",
+                "Integer Roofline (OP/s)",
+                INTEGER_HOW,
+                roofline_chart(
+                    ceilings,
+                    integer_points,
+                    queries.datasheet_roofs(connection, scope),
+                    roofline_title(scope, integer_points, "Integer Roofline (OP/s)"),
+                    unit="OP",
+                ),
+                far_below_note(integer_points),
             )
         )
     if not pairs.empty:
@@ -246,8 +275,8 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 Chart(
                     f"reuse_efficiency_{part}",
                     f"Sweep {sweep_name}: efficiency vs M",
-                    "Achieved FLOP/s over the attainable FLOP/s of the roof each point sits under "
-                    "(100 % is on the roof).",
+                    f"Achieved {_rate(group)} over the attainable {_rate(group)} of the roof each "
+                    "point sits under (100 % is on the roof).",
                     reuse_efficiency_chart(
                         group[["series", "cache_state", "m", "efficiency", "limiter", "level"]],
                         str(sweep_name),
@@ -334,6 +363,27 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
     for chart in charts:
         chart.name = scope.get("prefix", "") + chart.name
     return charts, facts
+
+
+def _rate(points: pd.DataFrame) -> str:
+    """The unit of a sweep's rates: OP/s where every point is an integer GEMM's, FLOP/s where
+    none is (a sweep of both: each point against its own roof, in its own unit)."""
+    units = set(points.work_unit.fillna("FLOP")) if "work_unit" in points else {"FLOP"}
+    return f"{units.pop()}/s" if len(units) == 1 else "FLOP/s (OP/s for integer GEMMs)"
+
+
+def _integer_note(roofs: list[str], points: pd.DataFrame) -> str:
+    """Under the Roofline, where the machine has integer work: what is left off it, and where it
+    is drawn instead."""
+    if not roofs and points.empty:
+        return ""
+    what = [f"the OP/s ceiling{'s' * (len(roofs) > 1)} {', '.join(roofs)}"] * bool(roofs)
+    what += [f"{len(points)} integer GEMM point{'s' * (len(points) > 1)}"] * (not points.empty)
+    return (
+        f"<p class='note'>Not on this chart: {' and '.join(what)}. Integer GEMMs do integer "
+        "operations (OP), and an OP/s ceiling is not a FLOP/s ceiling: they are drawn on the "
+        "Integer Roofline below, with OP/s axes.</p>"
+    )
 
 
 def _no_nominal_clock(conditions: pd.DataFrame) -> str:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # the unit of a history row (view history) as units.format_quantity names its kind
-UNIT_KINDS = {"s": "time", "B/s": "byte_rate", "FLOP/s": "flop_rate"}
+UNIT_KINDS = {"s": "time", "B/s": "byte_rate", "FLOP/s": "flop_rate", "OP/s": "op_rate"}
 LEGEND_KEYS = 20  # more lines than this: no legend (its colours would repeat), the tooltip names
 PANEL_HEIGHT = 200
 MAX_X_TICKS = 12

@@ -1,7 +1,9 @@
 """The machines of the store side by side, at the top of a page of more than one (view
 report_scopes): each machine's Roofline (its ceiling_summary roofs, its latest_model_points) on
 the same x and y axes, so that a roof or a point higher or further right is higher or further
-right on the page, and its ceilings in one table, a column per machine."""
+right on the page, and its ceilings in one table, a column per machine. The panels are in FLOP/s:
+an integer path's OP/s ceiling (int8_tensor) and the integer GEMMs' points are left off them (each
+machine's Integer Roofline has them); the table gives every ceiling in its own unit."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from rooflab.report.roofline_chart import (
     LEVEL_COLOURS,
     LIBRARY_PATHS,
     PATH_COLOURS,
+    points_in,
+    roofs_in,
 )
 from rooflab.units import format_quantity
 from rooflab.vocabulary import CacheState
@@ -28,14 +32,15 @@ CHART_NAME = "machines"  # no machine's prefix: the one chart of the page above 
 PANEL_SIZE = (400, 320)
 COLUMNS = 2  # panels per row: two fit the page beside the legend
 MISSING = "–"
-RATE_KINDS = {"bandwidth": "byte_rate", "compute": "flop_rate"}
+RATE_KINDS = {"B/s": "byte_rate", "FLOP/s": "flop_rate", "OP/s": "op_rate"}  # by unit
 
 MACHINES_HOW = (
     "Each machine's Roofline beside the others', on the same axes: its measured roofs (the "
     "best kernel per memory level, each compute path; dashed: a library path), each roof in the "
     "same colour on every machine, and its newest point per configuration and cache state "
     "(filled: warm cache, hollow: cold). A roof higher on one panel than on another is that much "
-    "faster there. The table gives the ceilings machine by machine."
+    "faster there. The table gives the ceilings machine by machine, each in its unit (an "
+    "integer path's in OP/s, left off the panels, whose axes are in FLOP/s)."
 )
 
 
@@ -82,14 +87,16 @@ def _ordered(names, preferred: tuple[str, ...]) -> list[str]:
 
 def roof_names(machines: list[MachineRoofs]) -> tuple[list[str], list[str]]:
     """Every bandwidth level and compute path of any machine, in drawing order."""
-    rows = [m.ceilings for m in machines if not m.ceilings.empty]
+    rows = [m.ceilings for m in machines if not m.ceilings.empty]  # every unit: the table's
     levels = {n for c in rows for n in c.name[c.kind == "bandwidth"]}
     paths = {n for c in rows for n in c.name[c.kind == "compute"]}
     return _ordered(levels, BANDWIDTH_LEVELS), _ordered(paths, FMA_PATHS + LIBRARY_PATHS)
 
 
 def _roofs(ceilings: pd.DataFrame) -> tuple[dict, dict, set]:
-    """{level: B/s}, {path: FLOP/s} and the library paths (dashed) of one machine."""
+    """{level: B/s}, {path: FLOP/s} and the library paths (dashed) of one machine (its FLOP/s
+    compute roofs only)."""
+    ceilings = roofs_in(ceilings, "FLOP")
     bandwidth = ceilings[ceilings.kind == "bandwidth"]
     compute = ceilings[ceilings.kind == "compute"]
     library = {
@@ -103,7 +110,7 @@ def _roofs(ceilings: pd.DataFrame) -> tuple[dict, dict, set]:
 
 
 def _intensities(points: pd.DataFrame) -> list[float]:
-    return [float(x) for x in points.get("intensity", []) if x > 0]
+    return [float(x) for x in points_in(points, "FLOP").get("intensity", []) if x > 0]
 
 
 def machines_roofline(machines: list[MachineRoofs]) -> alt.ConcatChart:
@@ -135,7 +142,7 @@ def machines_roofline(machines: list[MachineRoofs]) -> alt.ConcatChart:
                 | {"x": x, "y": peak, "value": format_quantity(peak, "flop_rate", 4)}
                 for x in roofs.compute[path]
             ]
-        drawn = machine.points
+        drawn = points_in(machine.points, "FLOP")
         if not drawn.empty:
             points.append(
                 drawn.assign(
@@ -243,12 +250,21 @@ def ceilings_table(machines: list[MachineRoofs]) -> pd.DataFrame:
     for machine in machines:
         found = {(r.kind, r.name): r for r in machine.ceilings.itertuples()}
         table[machine.title] = [
-            (
-                f"{format_quantity(float(found[row].value), RATE_KINDS[row[0]], 4)} "
-                f"({found[row].kernel})"
-            )
-            if row in found
-            else MISSING
+            f"{_value_text(found[row], row[0])} ({found[row].kernel})" if row in found else MISSING
             for row in rows
         ]
     return pd.DataFrame(table)
+
+
+def _value_text(ceiling, kind: str) -> str:
+    """A ceiling's value in its unit (a row without one, of an older rooflab: B/s for bandwidth,
+    FLOP/s for compute)."""
+    import pandas as pd
+
+    unit = getattr(ceiling, "unit", None)
+    if unit is None or pd.isna(unit):
+        unit = "B/s" if kind == "bandwidth" else "FLOP/s"
+    value = float(ceiling.value)
+    if unit not in RATE_KINDS:
+        return f"{value:.4g} {unit}"
+    return format_quantity(value, RATE_KINDS[unit], 4)

@@ -1,6 +1,11 @@
 """The Roofline of a machine: its measured roofs, each in its own colour and labelled where no
 roof line runs through the label (and a datasheet's, where the device has a preset), and the
-newest point of each configuration and cache state (roofline_points)."""
+newest point of each configuration and cache state (roofline_points).
+
+A Roofline is drawn in one unit of work: FLOP (the Roofline) or OP (the Integer Roofline of a
+GPU's int8 GEMMs). Its compute roofs are the ceilings in that unit per second and its points those
+whose work is in it (`work_unit`); the bandwidth roofs are common to both. An OP/s ceiling is never
+drawn on a FLOP/s axis, nor a FLOP/s one on an OP/s axis."""
 
 from __future__ import annotations
 
@@ -43,7 +48,10 @@ LIBRARY_PATHS = (
     "tf32_tensor",
     "fp16_tensor",
     "bf16_tensor",
+    "fp8_tensor",
+    "int8_tensor",
 )
+WORK_RATE_KINDS = {"FLOP": "flop_rate", "OP": "op_rate"}  # units.format_quantity's kinds
 # Each roof its own colour: the levels as in the hierarchical Roofline (main memory red), the
 # compute paths from a palette that uses none of those; a point takes its roof's colour.
 LEVEL_COLOURS = {"L1": "#2ca02c", "L2": "#1f77b4", "L3": "#ff7f0e", "DRAM": "#d62728"}
@@ -57,8 +65,36 @@ DATASHEET_COLOUR = "#999"
 WORKLOAD_LABEL_GAP_PX = 9  # between a star and its name
 
 
-def _roofs(ceilings: pd.DataFrame) -> tuple[dict, dict, dict]:
-    """The measured roofs in drawing order: {level: B/s}, {path: FLOP/s} and each one's label
+def roofs_in(ceilings: pd.DataFrame, unit: str = "FLOP") -> pd.DataFrame:
+    """The rows of a Roofline in `unit` (FLOP or OP) among ceiling rows (ceiling_summary,
+    latest_datasheet_roofs): every bandwidth roof, and the compute roofs in `unit`/s (a compute
+    row of an older rooflab, without a unit, is FLOP/s)."""
+    if ceilings.empty or "kind" not in ceilings:
+        return ceilings
+    if "unit" in ceilings:
+        units = ceilings["unit"].fillna("FLOP/s")
+    else:
+        units = ceilings.kind.map(lambda _: "FLOP/s")
+    keep = (ceilings.kind != "compute") | (units == f"{unit}/s")
+    return ceilings[keep].reset_index(drop=True)
+
+
+def points_in(points: pd.DataFrame, unit: str = "FLOP") -> pd.DataFrame:
+    """The points whose work is in `unit` (latest_model_points' work_unit; FLOP where a frame
+    has none)."""
+    if "work_unit" not in points:
+        return points if unit == "FLOP" else points.iloc[0:0]
+    return points[points["work_unit"].fillna("FLOP") == unit].reset_index(drop=True)
+
+
+def compute_roofs_in(ceilings: pd.DataFrame, unit: str) -> list[str]:
+    """The names of the compute roofs in `unit`/s among ceiling rows."""
+    rows = roofs_in(ceilings, unit)
+    return [] if rows.empty else list(rows.name[rows.kind == "compute"])
+
+
+def _roofs(ceilings: pd.DataFrame, unit: str = "FLOP") -> tuple[dict, dict, dict]:
+    """The measured roofs in drawing order: {level: B/s}, {path: `unit`/s} and each one's label
     ({name: text}), fastest level and FMA paths first."""
     bandwidth = ceilings[ceilings.kind == "bandwidth"].set_index("name")
     compute = ceilings[ceilings.kind == "compute"].set_index("name")
@@ -74,7 +110,7 @@ def _roofs(ceilings: pd.DataFrame) -> tuple[dict, dict, dict]:
     }
     for path, peak in peaks.items():
         library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
-        texts[path] = f"{path} {format_quantity(peak, 'flop_rate', 4)}" + (
+        texts[path] = f"{path} {format_quantity(peak, WORK_RATE_KINDS[unit], 4)}" + (
             " (library)" if library else ""
         )
     return bws, peaks, texts
@@ -96,17 +132,22 @@ def roofline_chart(
     datasheet: pd.DataFrame | None = None,
     title: dict | None = None,
     pairs: pd.DataFrame | None = None,
+    unit: str = "FLOP",
 ) -> alt.LayerChart:
     """Measured roofs in their own colours (library paths dashed), labelled on the chart away
     from every roof line and in the legend; `datasheet` roofs (rows of latest_datasheet_roofs)
     grey, dashed and labelled so, for the dtypes of the points and every level the preset names.
     `title`: {"text", "subtitle"} (roofline_title). Your workloads' cases are stars labelled
     with their names where a label fits; `pairs` (rows of implementation_comparisons) join two
-    implementations of the same work with a grey line."""
+    implementations of the same work with a grey line. `unit`: the work of the chart, FLOP or
+    OP (the Integer Roofline): only the compute roofs in `unit`/s and the points whose work is in
+    `unit` are drawn, on axes in `unit`/byte and `unit`/s."""
     import altair as alt
     import pandas as pd
 
-    bws, peaks, texts = _roofs(ceilings)
+    ceilings, points = roofs_in(ceilings, unit), points_in(points, unit)
+    rate = WORK_RATE_KINDS[unit]
+    bws, peaks, texts = _roofs(ceilings, unit)
     intensities = [x for x in points.get("intensity", []) if x > 0 and math.isfinite(x)]
     roofs = roof_geometry(peaks, bws, intensities)
     lo, hi = roofs.lo, roofs.hi
@@ -138,8 +179,11 @@ def roofline_chart(
         labels.append(
             {"ceiling": texts[path], "x": first[0], "y": peak, "align": first[2], "anchors": others}
         )
+    datasheet = None if datasheet is None else roofs_in(datasheet, unit)
     if datasheet is not None and not datasheet.empty:
         dtypes = {datasheet_path(d) for d in points.get("dtype", [])}
+        if unit == "OP":  # beside each measured integer path its datasheet figure (int8_tensor)
+            dtypes |= {path.removesuffix("_tensor") for path in peaks}
         sheet_compute = datasheet[datasheet.kind == "compute"]
         drawn = {r.name: r.value for r in sheet_compute.itertuples() if r.name in dtypes}
         sheet_bandwidth = {
@@ -153,8 +197,7 @@ def roofline_chart(
         for peak, names in same_peak.items():
             # across the whole chart, labelled at the left, away from the measured labels
             text = (
-                f"{', '.join(sorted(names))} {format_quantity(peak, 'flop_rate', 4)} "
-                f"(datasheet {device})"
+                f"{', '.join(sorted(names))} {format_quantity(peak, rate, 4)} (datasheet {device})"
             )
             sheet_lines += [
                 {"ceiling": text, "kind": "compute", "library": True, "x": x, "y": peak}
@@ -236,10 +279,12 @@ def roofline_chart(
             x=alt.X(
                 "x:Q",
                 scale=x_scale,
-                title="Arithmetic intensity (FLOP/byte)",
+                title=f"Arithmetic intensity ({unit}/byte)",
                 axis=alt.Axis(format="~g"),
             ),
-            y=alt.Y("y:Q", scale=y_scale, title="Performance (FLOP/s)", axis=alt.Axis(format="~s")),
+            y=alt.Y(
+                "y:Q", scale=y_scale, title=f"Performance ({unit}/s)", axis=alt.Axis(format="~s")
+            ),
             color=alt.Color(
                 "ceiling:N",
                 scale=roof_scale,
@@ -313,7 +358,7 @@ def roofline_chart(
     layers += disturbed_rings(pts, x_scale, y_scale, flag_scale)
     if ABOVE_LABEL in flags:
         layers.append(above_marks(pts, x, y, flag_scale))
-    layers.append(point_layer(pts, x, y, roof_scale))
+    layers.append(point_layer(pts, x, y, roof_scale, unit))
     chart = alt.layer(*layers).properties(width=width, height=height)
     if title:
         chart = chart.properties(

@@ -51,8 +51,9 @@ def judged_against(points: pd.DataFrame, texts: dict) -> list[str | None]:
     ]
 
 
-def roofline_title(scope: dict, points: pd.DataFrame) -> dict:
-    """What a PNG of the chart needs to stand alone: the machine, and the runs with their dates."""
+def roofline_title(scope: dict, points: pd.DataFrame, name: str = "Roofline") -> dict:
+    """What a PNG of the chart needs to stand alone: the machine, and the runs with their dates
+    (`name`: the chart's, "Roofline" or "Integer Roofline (OP/s)")."""
     lines = []
     if scope.get("ceilings_run_id"):
         lines.append(
@@ -78,7 +79,7 @@ def roofline_title(scope: dict, points: pd.DataFrame) -> dict:
                 "of the same work"
             )
     return {
-        "text": f"Roofline: {scope['host']} · {scope['device_name']} ({scope['backend']})",
+        "text": f"{name}: {scope['host']} · {scope['device_name']} ({scope['backend']})",
         "subtitle": lines,
     }
 
@@ -129,9 +130,9 @@ def above_marks(pts: pd.DataFrame, x, y, flag_scale) -> alt.Chart:
     )
 
 
-def point_layer(pts: pd.DataFrame, x, y, roof_scale) -> alt.Chart:
+def point_layer(pts: pd.DataFrame, x, y, roof_scale, unit: str = "FLOP") -> alt.Chart:
     """The points: colour the roof each is judged against, shape its sweep, size its M, filled
-    for a warm cache and hollow for a cold one."""
+    for a warm cache and hollow for a cold one; rates in `unit`/s (FLOP, or OP)."""
     import altair as alt
 
     tooltip = [
@@ -146,14 +147,14 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale) -> alt.Chart:
         alt.Tooltip("iqr_ratio:Q", title="IQR / median", format=".1%"),
         alt.Tooltip("clock_min_mhz:Q", title="clock min during samples (MHz)", format=".0f"),
         alt.Tooltip("clock_max_mhz:Q", title="clock max during samples (MHz)", format=".0f"),
-        alt.Tooltip("achieved_flops_per_s:Q", title="achieved (FLOP/s)", format=".3~s"),
-        alt.Tooltip("attainable_flops_per_s:Q", title="attainable (FLOP/s)", format=".3~s"),
+        alt.Tooltip("achieved_flops_per_s:Q", title=f"achieved ({unit}/s)", format=".3~s"),
+        alt.Tooltip("attainable_flops_per_s:Q", title=f"attainable ({unit}/s)", format=".3~s"),
         alt.Tooltip("efficiency:Q", title="efficiency", format=".1%"),
         alt.Tooltip("roof:N", title="judged against"),
         alt.Tooltip("limiter:N", title="limiter"),
         alt.Tooltip("level:N", title="level"),
         alt.Tooltip("compute_path:N", title="compute path"),
-        alt.Tooltip("intensity:Q", title="intensity (FLOP/byte)", format=".3~g"),
+        alt.Tooltip("intensity:Q", title=f"intensity ({unit}/byte)", format=".3~g"),
         alt.Tooltip("q_source:N", title="bytes from (q_source)"),
         alt.Tooltip("disturbance:N", title="disturbed by other processes"),
         alt.Tooltip("run_id:N", title="run"),

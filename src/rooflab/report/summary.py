@@ -7,6 +7,7 @@ import html
 from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
+from rooflab.units import format_quantity
 from rooflab.vocabulary import MEMORY_LEVELS
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ def _rate_text(value: float, unit: str) -> str:
         return f"{value / 1e9:.4g} GB/s"
     if unit == "FLOP/s":
         return f"{value / 1e9:.4g} GFLOP/s"
+    if unit == "OP/s":  # an integer path (int8): OP/s, never FLOP/s
+        return format_quantity(value, "op_rate", 4)
     return f"{value:.4g} {html.escape(str(unit))}"
 
 
@@ -123,7 +126,8 @@ def summary_html(connection, scope, facts) -> str:
         if not memory.empty and not compute.empty:
             level, bw = memory.iloc[0]["name"], float(memory.iloc[0].value)
             ridges = ", ".join(
-                f"{esc(r.name)} {r.value / bw:.3g} FLOP/byte" for r in compute.itertuples()
+                f"{esc(r.name)} {r.value / bw:.3g} {'OP' if r.unit == 'OP/s' else 'FLOP'}/byte"
+                for r in compute.itertuples()
             )
             against = f"{esc(str(level))} ({bw / 1e9:.4g} GB/s)"
             out.append(f"<p>Ridge points against {against}: {ridges}.</p>")

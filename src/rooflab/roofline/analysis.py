@@ -56,7 +56,8 @@ def cache_capacity_rows(run: dict) -> list[dict]:
 
 
 def datasheet_rows(run: dict, preset: DevicePreset | None) -> list[dict]:
-    """The preset's peaks (FLOP/s per path) and bandwidths (B/s per level)."""
+    """The preset's peaks (FLOP/s per path; OP/s per integer path, e.g. int8) and bandwidths
+    (B/s per level), each row with its unit."""
     if preset is None:
         return []
     common = {
@@ -66,13 +67,20 @@ def datasheet_rows(run: dict, preset: DevicePreset | None) -> list[dict]:
         "device": preset.name,
         "source": preset.source,
     }
-    return [
-        {**common, "kind": "compute", "name": path, "value": value, "unit": "FLOP/s"}
-        for path, value in preset.peak_flops_per_s.items()
-    ] + [
-        {**common, "kind": "bandwidth", "name": level, "value": value, "unit": "B/s"}
-        for level, value in preset.bandwidth_b_per_s.items()
-    ]
+    return (
+        [
+            {**common, "kind": "compute", "name": path, "value": value, "unit": "FLOP/s"}
+            for path, value in preset.peak_flops_per_s.items()
+        ]
+        + [
+            {**common, "kind": "compute", "name": path, "value": value, "unit": "OP/s"}
+            for path, value in preset.peak_ops_per_s.items()
+        ]
+        + [
+            {**common, "kind": "bandwidth", "name": level, "value": value, "unit": "B/s"}
+            for level, value in preset.bandwidth_b_per_s.items()
+        ]
+    )
 
 
 def stage_bound_rows(

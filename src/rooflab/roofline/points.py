@@ -2,7 +2,10 @@
 
 Pairing rules (DESIGN.md §3): the compute roof is the instruction path of the GEMM's dtype on its
 backend (`vocabulary.COMPUTE_PATH`: FMA chains on a CPU; on a GPU the tensor-core paths measured
-through cuBLAS for tf32/fp16/bf16 and fp64, the FMA chains for fp32); the bytes are the cold-cache
+through cuBLAS for tf32/fp16/bf16 and fp64, the FMA chains for fp32, through cuBLASLt for FP8 and
+int8), and only where the roof's unit is the point's work unit per second (`work_unit`: an int8
+GEMM's 2MNK are OP, paired with the OP/s roof `int8_tensor`, never with a FLOP/s roof; the
+rest are FLOP against FLOP/s roofs); the bytes are the cold-cache
 model Q_model (q_source "model"), so they belong to one memory level only:
 - cold: the memory (DRAM on a CPU, HBM on a GPU) — the flush evicted every cache;
 - warm: the smallest cache level that holds all operands (Q_model bytes), else the memory.
@@ -38,7 +41,7 @@ from rooflab.counters.points import (
     pair,
 )
 from rooflab.machine import cache_bytes_by_level
-from rooflab.model import bound
+from rooflab.model import ModelError, bound, work_unit
 from rooflab.records import read_run, timed_rows, to_table
 from rooflab.vocabulary import (
     MEMORY_LEVEL,
@@ -50,7 +53,8 @@ from rooflab.vocabulary import (
 
 
 def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
-    """machine_id -> {run_id, started_at, peak: {path: FLOP/s}, bandwidth: {level: B/s}, caches}."""
+    """machine_id -> {run_id, started_at, peak: {path: FLOP/s or OP/s}, peak_unit: {path: its
+    unit}, bandwidth: {level: B/s}, caches}."""
     latest: dict[str, dict] = {}
     for run_dir in run_dirs:
         tables = read_run(run_dir)
@@ -67,6 +71,7 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
             "run_id": run["run_id"],
             "started_at": run["started_at"],
             "peak": peak,
+            "peak_unit": compute_units(tables),
             "bandwidth": bandwidth,
             "caches": caches,
             "memory_level": memories[0] if len(memories) == 1 else MEMORY_LEVEL,
@@ -84,6 +89,28 @@ def ceiling_values(tables: dict) -> tuple[dict[str, float], dict[str, float]]:
         else:
             bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
     return peak, bandwidth
+
+
+def compute_units(tables: dict) -> dict[str, str]:
+    """A ceilings run's unit per compute path, that of its best row (FLOP/s, or OP/s for an
+    integer path; FLOP/s where a row of an older rooflab names none)."""
+    best: dict[str, tuple[float, str]] = {}
+    for row in tables["ceilings"].to_pylist():
+        if row["kind"] == "compute" and row["value"] >= best.get(row["name"], (-1.0, ""))[0]:
+            best[row["name"]] = row["value"], row.get("unit") or "FLOP/s"
+    return {path: unit for path, (_, unit) in best.items()}
+
+
+def point_work_unit(point: dict) -> str:
+    """The unit of a timed point's `flops`: OP for a GEMM of integer X and W (int8), else FLOP
+    (a workload case's, and a GEMM of a dtype the model does not know, are FLOP)."""
+    if point.get("m") is None and "params" in point:
+        return "FLOP"
+    x = point.get("x_dtype") or point["dtype"]
+    try:
+        return work_unit(x, point.get("w_dtype") or x)
+    except ModelError:
+        return "FLOP"
 
 
 def resident_level(
@@ -125,6 +152,9 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
             )
             if path not in machine["peak"] or level not in machine["bandwidth"]:
                 continue
+            unit = point_work_unit(point)
+            if machine.get("peak_unit", {}).get(path, "FLOP/s") != f"{unit}/s":
+                continue  # an OP count is never put under a FLOP/s roof, nor FLOP under OP/s
             b = bound(
                 point["flops"],
                 point["bytes_model"],
@@ -151,6 +181,7 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
                     "q_source": "model",
                     "bytes": point["bytes_model"],
                     "flops": point["flops"],
+                    "work_unit": unit,
                     "intensity": b.intensity,
                     "median_s": point["median_s"],
                     "achieved_flops_per_s": achieved,
@@ -233,6 +264,11 @@ def counter_points(
                 paired = pair(
                     {**record, "machine_id": run["machine_id"]}, timings[cal["timing_run_id"]]
                 )
+                if point_work_unit(paired.timing) != "FLOP":
+                    raise ValueError(
+                        "an integer GEMM (work in OP): the counters' calibration and the "
+                        "hierarchical Roofline are in FLOP, so no point"
+                    )
                 levels = bytes_by_level(totals.get(key, {}))
                 rows = hierarchical_points(
                     paired,
@@ -251,6 +287,7 @@ def counter_points(
             points += [
                 {
                     **row,
+                    "work_unit": "FLOP",
                     "ceilings_run_id": machine["run_id"],
                     **timing_flags(paired.timing),
                     **_against_model(row, paired.timing.get("bytes_model")),

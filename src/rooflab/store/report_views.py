@@ -69,7 +69,8 @@ REPORT_VIEWS_SQL = {
         )
     """,
     # The summary's ceilings: per machine and backend, the best kernel per bandwidth level and
-    # every compute path of the latest ceilings run (value in `unit`, B/s or FLOP/s), with the
+    # every compute path of the latest ceilings run (value in `unit`: B/s, FLOP/s, or OP/s for an
+    # integer path such as int8_tensor), with the
     # windows its value used (n_windows; iqr_ratio of their rates) and, for FMA paths, the lowest
     # and highest median of its rounds (rounds_min, rounds_max, in `unit`); for a bandwidth level,
     # read_value is the `read` kernel's ceiling on it (B/s; null where no read kernel ran), which
@@ -129,7 +130,8 @@ REPORT_VIEWS_SQL = {
         WHERE NOT c.passed
     """,
     # The Roofline's points: per machine, backend, configuration and cache state, the newest
-    # run's model-bytes point (roofline_points columns; intensity FLOP/B, rates FLOP/s, times s),
+    # run's model-bytes point (roofline_points columns; `work_unit` FLOP, or OP for an int8 GEMM:
+    # intensity in work_unit/B, rates in work_unit/s, the *_flops_* columns too; times s),
     # with the timing's flags (noisy, disturbed, `judged` false for runs of an older rooflab,
     # disturbance as text), iqr_ratio, and the clock range of its samples in MHz; started_at, the
     # start of its run; above_roof, whether it beat its own roof (achieved over attainable,
@@ -154,6 +156,7 @@ REPORT_VIEWS_SQL = {
                l.dtype, l.layout, l.level, l.intensity, l.median_s, l.achieved_flops_per_s,
                l.attainable_flops_per_s, l.efficiency, l.limiter, l.bound_s, l.run_id,
                l.compute_path, l.q_source, l.started_at, l.params, l.executed_flops,
+               coalesce(l.work_unit, 'FLOP') AS work_unit,
                l.achieved_flops_per_s > l.attainable_flops_per_s AS above_roof,
                l.efficiency < {FAR_BELOW_ROOF} AS far_below_roof,
                coalesce(g.noisy, false) AS noisy,
@@ -230,7 +233,7 @@ REPORT_VIEWS_SQL = {
                l.attainable_flops_per_s, l.efficiency, l.limiter, l.limiting_level,
                l.compute_path, l.pairing, l.cache_control, l.replay_mode, l.q_source,
                l.calibration_ratio, l.counters_run_id, l.run_id, g.bytes_model,
-               l.counted_over_model, l.model_vs_counted,
+               l.counted_over_model, l.model_vs_counted, coalesce(l.work_unit, 'FLOP') AS work_unit,
                coalesce(g.disturbed, false) AS disturbed, {_disturbance_text("g")} AS disturbance
         FROM latest AS l
         LEFT JOIN ({_TIMED_POINTS}) AS g USING (run_id, config_id, cache_state)
@@ -253,7 +256,8 @@ REPORT_VIEWS_SQL = {
     """,
     # The Roofline's dashed datasheet roofs: per machine and backend (its newest ceilings run),
     # the figures of the device preset matching its device name: kind "compute" (name: the path,
-    # value in FLOP/s) or "bandwidth" (name: the level, B/s), with the preset and its source.
+    # value in `unit`: FLOP/s, or OP/s for an integer path such as int8) or "bandwidth" (name:
+    # the level, B/s), with the preset and its source.
     "latest_datasheet_roofs": f"""
         SELECT l.machine_id, l.backend, d.run_id, d.preset, d.device, d.source, d.kind, d.name,
                d.value, d.unit

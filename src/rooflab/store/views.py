@@ -35,8 +35,8 @@ VIEWS_SQL = {
     # Per machine, backend, configuration, cache state, level and bytes source (q_source: model,
     # counters), the Roofline point of the newest run that timed it: after a rerun
     # `roofline_points` holds the points of every run, this view the newest only (columns as
-    # roofline_points: intensity FLOP/B, rates FLOP/s, times s; host, device and the timing
-    # run's start added).
+    # roofline_points: intensity in work_unit/B and rates in work_unit/s, where work_unit is FLOP,
+    # or OP for an int8 GEMM; times s; host, device and the timing run's start added).
     "latest_roofline_points": """
         SELECT p.machine_id, r.backend, r.host, r.device_name, r.started_at,
             p.* EXCLUDE (machine_id)
