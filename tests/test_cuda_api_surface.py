@@ -19,7 +19,7 @@ NVML = SRC / "conditions" / "nvml.py"
 CUPY_CALLERS = {
     CUDA: 8,
     SRC / "backends" / "cuda_host_link.py": 3,
-    SRC.parents[1] / "benchmarks" / "gpu_ceilings_vs_references.py": 1,
+    SRC.parents[1] / "benchmarks" / "gpu_references_peers.py": 2,
 }
 
 # How src/rooflab/backends/cuda.py names CuPy's low-level modules.

@@ -10,15 +10,17 @@
 # and nvidia-ml-py; everything else comes from WHEELS, installed into a throwaway virtual
 # environment that sees the system's packages. Nothing is fetched from the network.
 # Everything it writes goes to $OUT if set, else to build/device_check/: the log, the test report,
-# the summary and the references as plain files, and each step's folders packed into one archive
-# (campaign.tar.gz: logs and report; store.tar.gz: the DuckDB file; ncu_fixtures.tar.gz), because
-# a lent machine sends back at most 8 files.
+# the summary and the references (device_check.log, gpu-tests.xml, summary.txt, references.json)
+# as plain files, and each step's folders packed into one archive (campaign.tar.gz: logs and
+# report; store.tar.gz: the DuckDB file; nvml.tar.gz; ncu_fixtures.tar.gz), because a lent
+# machine sends back at most 8 files.
 # STEPS (default "tests campaign fixtures references"): which steps run after the install, each
 # under its cap in seconds and never past TOTAL_S (default 570, for a 600 s command; a step with
 # under 20 s left is skipped and named as such): tests (TESTS_TIMEOUT_S, 240), campaign and its
 # summary (CAMPAIGN_TIMEOUT_S, 260), fixtures (FIXTURES_TIMEOUT_S, 120:
-# tests/fixtures/ncu/record_gemm.py, ncu on PATH), references (REFERENCES_TIMEOUT_S, 60:
-# benchmarks/gpu_ceilings_vs_references.py); not by default: adaptive (ADAPTIVE_TIMEOUT_S, 200:
+# tests/fixtures/nvml/record.py and its tests, then tests/fixtures/ncu/record_gemm.py, ncu on
+# PATH), references (REFERENCES_TIMEOUT_S, 90: benchmarks/gpu_ceilings_vs_references.py, the
+# peers: cudaMemcpyAsync, CuPy, PyTorch); not by default: adaptive (ADAPTIVE_TIMEOUT_S, 200:
 # benchmarks/ceilings_adaptive.py on the GPU, the stopping rule's ceilings vs the fixed budgets),
 # host_link (HOST_LINK_TIMEOUT_S, 60: tests/gpu/test_host_link_gpu.py with every case's rate
 # printed, then, where the campaign ran, the host link's rows of its store), cublaslt
@@ -36,7 +38,7 @@ VENV=${VENV:-/tmp/rooflab-device-venv}
 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-240}
 CAMPAIGN_TIMEOUT_S=${CAMPAIGN_TIMEOUT_S:-260}
 FIXTURES_TIMEOUT_S=${FIXTURES_TIMEOUT_S:-120}
-REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-60}
+REFERENCES_TIMEOUT_S=${REFERENCES_TIMEOUT_S:-90}
 ADAPTIVE_TIMEOUT_S=${ADAPTIVE_TIMEOUT_S:-200}
 HOST_LINK_TIMEOUT_S=${HOST_LINK_TIMEOUT_S:-60}
 CUBLASLT_TIMEOUT_S=${CUBLASLT_TIMEOUT_S:-90}
@@ -206,6 +208,17 @@ if wants host_link "$HOST_LINK_TIMEOUT_S"; then
 fi
 
 if wants fixtures "$FIXTURES_TIMEOUT_S"; then
+    step "NVML fixtures: tests/fixtures/nvml/record.py \$OUT, then tests/test_nvml_fixtures.py on it"
+    # Read only, a few seconds: nvidia-smi -q (text and XML) and the raw NVML values of every call
+    # rooflab makes, into $OUT/nvml, packed into nvml.tar.gz; unpack it unchanged with
+    # `tar -xzf nvml.tar.gz -C tests/fixtures`. The tests then run on what was just recorded.
+    NVML_LIMIT=$((LIMIT < 60 ? LIMIT : 60))
+    (cd "$REPO" && timeout "$NVML_LIMIT" "$PY" tests/fixtures/nvml/record.py "$OUT" \
+        --note "recorded by tests/gpu/device_check.sh's fixtures step") || FAILED+=("nvml fixtures")
+    (cd "$REPO" && ROOFLAB_NVML_FIXTURES="$OUT/nvml" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
+        timeout "$NVML_LIMIT" "$PY" -m pytest tests/test_nvml_fixtures.py -q -rs \
+        -p no:cacheprovider) || FAILED+=("nvml fixture tests")
+    pack nvml
     step "ncu fixtures: tests/fixtures/ncu/record_gemm.py --out \$OUT/ncu_fixtures (at most ${LIMIT} s)"
     # Into $OUT, so they come back (packed); unpacked unchanged into tests/fixtures/ncu/
     # afterwards. A cut run keeps the configurations it finished (each writes its own files).
@@ -216,9 +229,10 @@ fi
 
 if wants references "$REFERENCES_TIMEOUT_S"; then
     step "references: benchmarks/gpu_ceilings_vs_references.py (at most ${LIMIT} s)"
+    # rooflab against cudaMemcpyAsync, CuPy and PyTorch in the same process, printed here (the
+    # log) and written to references.json (at most 8 files come back from a lent machine)
     (cd "$REPO" && timeout "$LIMIT" "$PY" benchmarks/gpu_ceilings_vs_references.py \
-        --rounds 2) >"$OUT/references.txt" 2>&1 || FAILED+=("references")
-    cat "$OUT/references.txt"
+        --rounds 2 --json "$OUT/references.json") || FAILED+=("references")
 fi
 
 if wants adaptive "$ADAPTIVE_TIMEOUT_S"; then
