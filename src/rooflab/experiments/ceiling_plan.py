@@ -140,7 +140,12 @@ def sweep_start(
         for end in (lo * 1.02, hi * 0.98)
         if low <= end <= high
     }
-    return sorted(set(working_set_sizes(low, high, COARSE_PER_OCTAVE)) | ends)
+    grid = set(working_set_sizes(low, high, COARSE_PER_OCTAVE))
+    if any(end < high <= end * 1.03 for end in ends):
+        # the memory plateau's end, 2 % inside the sweep's: `high` itself would add the sweep's
+        # largest allocation again (seconds on a machine with a large last-level cache)
+        grid.discard(high)
+    return sorted(grid | ends)
 
 
 def refine(measured: dict[int, float], settings: CeilingSettings) -> list[int]:
