@@ -41,7 +41,7 @@ def config_id(m: int) -> str:
     return f"{SWEEP}/bf16/nn/m{m}_n{N}_k{K}"
 
 
-def _runs_row(run_id: str, kind: str, started: datetime, sweep: str | None = None) -> dict:
+def runs_row(run_id: str, kind: str, started: datetime, sweep: str | None = None) -> dict:
     machine = {
         "machine_id": MACHINE_ID,
         "caches": [
@@ -101,7 +101,7 @@ def write_campaign(
         "ceilings": write_run(
             results / "ceilings" / "runs",
             ceilings_id,
-            {"runs": [_runs_row(ceilings_id, "ceilings", T0)], "ceilings": ceilings},
+            {"runs": [runs_row(ceilings_id, "ceilings", T0)], "ceilings": ceilings},
         )
     }
     points = []
@@ -130,7 +130,7 @@ def write_campaign(
                     "noisy": False,
                 }
             )
-    gemm_run = {"runs": [_runs_row(gemm_id, "gemm", T0 + timedelta(hours=1), SWEEP)]}
+    gemm_run = {"runs": [runs_row(gemm_id, "gemm", T0 + timedelta(hours=1), SWEEP)]}
     out["gemm"] = write_run(
         results / "sweeps" / SWEEP / "runs", gemm_id, gemm_run | {"gemm_points": points}
     )
@@ -182,7 +182,7 @@ def write_campaign(
                     "timing_median_s": TIMES[(m, state)],
                 }
             )
-    run = _runs_row(counters_id, "counters", T0 + timedelta(hours=2), SWEEP)
+    run = runs_row(counters_id, "counters", T0 + timedelta(hours=2), SWEEP)
     run["machine_id"] = machine_id
     out["counters"] = write_run(
         results / "sweeps" / SWEEP / "runs",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rooflab.model import gemm_ledger
 from rooflab.records import write_run
+from tests.constructed_counters import runs_row
 
 MACHINE_ID = "constructed-int8-gpu"
 HOST = "constructed-int8-host"
@@ -45,31 +46,16 @@ def config_id(dtype: str, m: int) -> str:
 
 
 def _run(run_id: str, kind: str, started: datetime, sweep: str | None = None) -> dict:
-    machine = {
+    """constructed_counters' runs row, on this module's machine (an H200's name and L2)."""
+    row = runs_row(run_id, kind, started, sweep)
+    machine = json.loads(row["machine"]) | {
         "machine_id": MACHINE_ID,
         "gpu": {"name": DEVICE, "l2_bytes": 50 << 20},
-        "caches": [
-            {
-                "level": 2,
-                "type": "Unified",
-                "size_bytes": 50 << 20,
-                "shared_cpu_count": 0,
-                "instances": 1,
-                "usable_instances": 1,
-            }
-        ],
-        "constructed": "test data, not a measurement",
     }
-    return {
-        "run_id": run_id,
+    return row | {
         "schema_version": 3,
-        "kind": kind,
-        "sweep": sweep,
-        "started_at": started,
-        "ended_at": started + timedelta(seconds=5),
         "host": HOST,
         "machine_id": MACHINE_ID,
-        "backend": "cuda",
         "device_name": DEVICE,
         "machine": json.dumps(machine),
     }
