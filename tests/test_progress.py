@@ -16,8 +16,13 @@ import textwrap
 import pytest
 
 from rooflab import progress as progress_module
-from rooflab.experiments.ceiling_plan import CeilingSettings
-from rooflab.experiments.ceilings import planned_blas_s, planned_point_s, planned_work
+from rooflab.experiments.ceiling_plan import (
+    CeilingSettings,
+    planned_blas_s,
+    planned_point_s,
+    planned_sweep_point_s,
+    planned_work,
+)
 from rooflab.experiments.gemm import planned_timing_s
 from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import ENV, Eta, Progress, TerminalLine, duration
@@ -45,6 +50,18 @@ def test_durations_read_as_people_say_them():
     ]
 
 
+SMALL_WORKING_SET = 1 << 20  # every point's, in the plan below: its own cost is a millisecond
+
+
+def test_a_sweep_point_is_planned_with_its_working_sets_own_cost():
+    settings = CeilingSettings()
+    small, large = (planned_sweep_point_s(settings, size) for size in (16 << 10, 4 << 30))
+    assert small == pytest.approx(planned_point_s(settings), rel=0.01)
+    assert large > 20 * small  # a 4 GB point: seconds to allocate, touch and pass over
+    planned = planned_work(settings, [16 << 10, 4 << 30])
+    assert planned[2 * len(settings.fma_dtypes) :][:2] == [small, large]
+
+
 def _ceilings_on_a_new_machine() -> list[tuple[float, float]]:
     """The ceilings of a full sweep on a 2-core machine like the issue's (3 kernels x 57 working
     sets; two FMA rounds that agree), in the order the job runs them: (planned, actual) seconds of
@@ -53,6 +70,7 @@ def _ceilings_on_a_new_machine() -> list[tuple[float, float]]:
     library GEMMs take 1.5x their budget."""
     settings = CeilingSettings(adaptive=False)
     point, blas = planned_point_s(settings), planned_blas_s(settings)
+    point_at = planned_sweep_point_s(settings, SMALL_WORKING_SET)
     items = []
 
     def fma_round(compile_s: float = 0.0) -> None:
@@ -60,11 +78,13 @@ def _ceilings_on_a_new_machine() -> list[tuple[float, float]]:
 
     fma_round(compile_s=0.5)
     for kernel in settings.kernels:
-        items.extend((point, (0.8 if i < 10 else 1.1) * point + 0.8 * (i == 0)) for i in range(57))
+        items.extend(
+            (point_at, (0.8 if i < 10 else 1.1) * point_at + 0.8 * (i == 0)) for i in range(57)
+        )
         if kernel == settings.kernels[0]:
             fma_round()
     items.extend([(blas, 1.5 * blas)] * len(settings.blas_dtypes))
-    planned = planned_work(settings, points=3 * 57, local=False)
+    planned = planned_work(settings, [SMALL_WORKING_SET] * (3 * 57))
     assert sorted(p for p, _ in items) == sorted(planned)  # the plan the job makes
     return items
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rooflab.backends.base import Backend, BackendError
@@ -231,3 +232,38 @@ def check_memory(backend: Backend, settings: CeilingSettings, where: str = "ceil
                 f"{where}.host_link_buffer: the host link's device buffer, "
                 f"{format_quantity(needed, 'bytes')}, does not fit in the {what}"
             )
+
+
+def planned_point_s(settings: CeilingSettings) -> float:
+    """Planned seconds of one sweep point or FMA round: twice its floor of windows (the stopping
+    rule's usual count on a shared machine), each at least `window_s` (1.5 x on average: a
+    window's work is sized by doubling), sizing it and the warm-up call."""
+    return settings.window_s * (3 * settings.windows + 2.5)
+
+
+# A sweep point's own cost past its windows: allocating and first touching its working set, and
+# each window at least one pass over it (a 4 GB point took about 4 s on a 2-vCPU VM).
+PLANNED_S_PER_BYTE = 1e-9
+
+
+def planned_sweep_point_s(settings: CeilingSettings, working_set: int) -> float:
+    """Planned seconds of one sweep point: planned_point_s and its working set's own cost."""
+    return planned_point_s(settings) + PLANNED_S_PER_BYTE * working_set
+
+
+def planned_blas_s(settings: CeilingSettings, rest_s: float = 0.0) -> float:
+    """Planned seconds of one library GEMM ceiling: its warm-up, idle (`rest_s`: the backend's
+    rest_before_peak_s) and sampling floor."""
+    timing = settings.blas_timing
+    return timing.warmup_s + rest_s + timing.min_time_s
+
+
+def planned_work(
+    settings: CeilingSettings, working_sets: Sequence[int], rest_s: float = 0.0
+) -> list[float]:
+    """Planned seconds of each item of a run, in order: two FMA rounds, the sweep points the
+    sweeps start from (`working_sets`, every kernel's), the library GEMMs. The ETA starts from it
+    (progress); a sweep's refinements and further FMA rounds are added as they are decided."""
+    fma = [planned_point_s(settings)] * (2 * len(settings.fma_dtypes))
+    points = [planned_sweep_point_s(settings, size) for size in working_sets]
+    return fma + points + [planned_blas_s(settings, rest_s)] * len(settings.blas_dtypes)

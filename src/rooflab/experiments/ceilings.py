@@ -29,6 +29,10 @@ from rooflab.experiments.ceiling_plan import (
     check_memory,
     check_supported,
     largest_working_set,
+    planned_blas_s,
+    planned_point_s,
+    planned_sweep_point_s,
+    planned_work,
     plateaus,
     refine,
     sweep_start,
@@ -77,31 +81,6 @@ def run_ceilings(
         return _run_ceilings(backend, settings, progress, run_id)
 
 
-def planned_point_s(settings: CeilingSettings) -> float:
-    """Planned seconds of one sweep point or FMA round: twice its floor of windows (the stopping
-    rule's usual count on a shared machine), each at least `window_s` (1.5 x on average: a
-    window's work is sized by doubling), sizing it and the warm-up call."""
-    return settings.window_s * (3 * settings.windows + 2.5)
-
-
-def planned_blas_s(settings: CeilingSettings, rest_s: float = 0.0) -> float:
-    """Planned seconds of one library GEMM ceiling: its warm-up, idle (`rest_s`: the backend's
-    rest_before_peak_s) and sampling floor."""
-    timing = settings.blas_timing
-    return timing.warmup_s + rest_s + timing.min_time_s
-
-
-def planned_work(
-    settings: CeilingSettings, points: int, local: bool, rest_s: float = 0.0
-) -> list[float]:
-    """Planned seconds of each item of a run, in order: two FMA rounds, the `points` the sweeps
-    start from, the library GEMMs. The ETA starts from it (progress); a sweep's refinements and
-    further FMA rounds are added as they are decided."""
-    fma_and_points = 2 * len(settings.fma_dtypes) + points
-    blas = len(settings.blas_dtypes)
-    return [planned_point_s(settings)] * fma_and_points + [planned_blas_s(settings, rest_s)] * blas
-
-
 def rounds_disagree(rates: list[float], rel_width: float) -> bool:
     """Whether the best two FMA rounds of a dtype differ by more than `rel_width` (fewer than
     two rounds: nothing agrees yet)."""
@@ -138,9 +117,8 @@ def _run_ceilings(
         if local is not None
         else []
     )
-    points = len(settings.kernels) * len(sizes) + len(local_sizes)
-    rest_s = backend.rest_before_peak_s
-    progress.plan(planned_work(settings, points, local is not None, rest_s))
+    working_sets = list(sizes) * len(settings.kernels) + list(local_sizes)
+    progress.plan(planned_work(settings, working_sets, backend.rest_before_peak_s))
     point_s = planned_point_s(settings)
     rule = window_rule(settings)
 
@@ -202,7 +180,10 @@ def _run_ceilings(
         with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
             while sizes:
                 for size in sizes:
-                    progress.start(f"{kernel} {format_quantity(size, 'bytes', 3)}", point_s)
+                    progress.start(
+                        f"{kernel} {format_quantity(size, 'bytes', 3)}",
+                        planned_sweep_point_s(settings, size),
+                    )
                     workload = workload_for(size)
                     below = [p for p in points.values() if p.working_set <= size]
                     hint = max(below, key=lambda p: p.working_set).rate if below else None
@@ -216,7 +197,7 @@ def _run_ceilings(
                     note = " (disturbed)" if point.verdict.disturbed else ""
                     progress.update(f"{point.rate / 1e9:.1f} GB/s{note}")
                 sizes = refine({size: p.rate for size, p in points.items()}, settings)
-                progress.add([point_s] * len(sizes))
+                progress.add([planned_sweep_point_s(settings, size) for size in sizes])
         tables["conditions"].extend(during_rows(run_id, during))
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
         flags = _flags(tables, {config_id}, settings.max_clock_change)
