@@ -10,11 +10,10 @@ import pytest
 
 from rooflab.backends.base import BackendError
 from rooflab.backends.bfloat16 import bf16_bits_to_float32, float32_to_bf16_bits
+from rooflab.backends.cublas_args import OP_N, OP_T
 from rooflab.backends.cublaslt_args import (
     FP8_CHUNK_K,
     LT_GEMM_TYPES,
-    OP_N,
-    OP_T,
     LtGemm,
     check_pointer_alignment,
     column_major,

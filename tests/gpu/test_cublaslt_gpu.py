@@ -21,11 +21,11 @@ import pytest
 
 from rooflab.backends.base import BackendError
 from rooflab.backends.bfloat16 import bf16_bits_to_float32
+from rooflab.backends.cublas_args import OP_N
 from rooflab.backends.cublaslt import WORKSPACE_BYTES, LtPlan, load_binding, lt_arrays
 from rooflab.backends.cublaslt_args import (
     INT32_POISON,
     LT_GEMM_TYPES,
-    OP_N,
     LtGemm,
     check_pointer_alignment,
     compare_with_reference,

@@ -39,6 +39,7 @@ import numpy as np
 
 from rooflab.backends.base import BackendError
 from rooflab.backends.bfloat16 import bf16_bits_to_float32, float32_to_bf16_bits
+from rooflab.backends.cublas_args import OP_N, row_major_gemm
 from rooflab.backends.fp8 import fp8_bits_to_float32
 from rooflab.model import GemmLedger, gemm_ledger
 
@@ -62,7 +63,6 @@ __all__ = [
     "row_major_lt_gemm",
 ]
 
-OP_N, OP_T = 0, 1  # CUBLAS_OP_N, CUBLAS_OP_T
 INT32_MAX = 2**31 - 1
 # What an int32 output is filled with before a GEMM: no int8 GEMM of K < 2^17 reaches it
 # (no product is below -128·127), so an element still holding it was not written.
@@ -250,8 +250,6 @@ def row_major_lt_gemm(
     Refuses (BackendError, one line naming the dtype and what rule) a layout the dtype's kernels
     lack, a device too old for the dtype, and N or K off the dtype's alignment. M is free: the
     weight-reuse sweeps' M = 1, 2, 3, ... are cuBLASLt's n, which has no alignment rule."""
-    if min(m, n, k) < 1:
-        raise ValueError(f"GEMM sizes must be positive, got m={m} n={n} k={k}")
     if layout not in ("nn", "nt"):
         raise BackendError(f"unknown layout {layout!r}; supported: nn, nt")
     types = _types(dtype)
@@ -270,9 +268,8 @@ def row_major_lt_gemm(
                 f"{dtype} through cuBLASLt needs {name} a multiple of {types.alignment}, got "
                 f"{name}={size}: {name} is {role}, which its kernels need aligned"
             )
-    if layout == "nn":
-        return LtGemm(OP_N, OP_N, n, m, k, lda=n, ldb=k, ldd=n)
-    return LtGemm(OP_T, OP_N, n, m, k, lda=k, ldb=k, ldd=n)
+    call = row_major_gemm(m, n, k, layout)  # cublasGemmEx's mapping: A = W, B = X, C = D = Y
+    return LtGemm(call.transa, call.transb, call.m, call.n, call.k, call.lda, call.ldb, call.ldc)
 
 
 def check_compute_capability(dtype: str, compute_capability: int) -> None:
