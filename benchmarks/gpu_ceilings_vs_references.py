@@ -48,11 +48,11 @@ from gpu_references_rows import (
     document,
     format_row,
     run_comparisons,
-    write_json_atomic,
 )
 
 from rooflab.backends.base import BackendError
 from rooflab.backends.selection import select_backend
+from rooflab.workflow import write_json_atomic
 
 
 def positive(kind):

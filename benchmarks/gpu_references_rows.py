@@ -7,13 +7,9 @@ values (tests/test_gpu_references_script.py).
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rooflab.backends.base import BackendError
@@ -261,20 +257,3 @@ def document(
         "rows": [row.as_dict() for row in rows],
         "missed": [row.name for row in rows if row.missed],
     }
-
-
-def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
-    """`data` as JSON at `path`, through a temporary file in the same folder renamed over it: a
-    reader sees the old file or the whole new one, and a failed write leaves no file behind."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(data, stream, indent=2, allow_nan=False)
-            stream.write("\n")
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from rooflab.backends.base import BackendError, LibraryVariant
+from rooflab.workflow import write_json_atomic
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT = BENCHMARKS / "gpu_ceilings_vs_references.py"
@@ -204,7 +205,7 @@ def constructed_document(rows_module):
 
 
 def test_the_json_file_holds_every_row_and_the_run(rows_module, tmp_path):
-    path = rows_module.write_json_atomic(
+    path = write_json_atomic(
         tmp_path / "out" / "references.json", constructed_document(rows_module)
     )
     data = json.loads(path.read_text())
@@ -226,7 +227,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(rows_module, tmp_pa
     data = constructed_document(rows_module)
     data["rows"][0]["rooflab"] = float("nan")  # JSON has no NaN: the dump fails midway
     with pytest.raises(ValueError):
-        rows_module.write_json_atomic(path, data)
+        write_json_atomic(path, data)
     assert json.loads(path.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["references.json"]
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -40,12 +41,25 @@ def log_to(log_path: str | os.PathLike) -> logging.Logger:
     return logging.getLogger("rooflab")
 
 
+def write_json_atomic(path: str | os.PathLike, data: dict, sort_keys: bool = False) -> Path:
+    """`data` as JSON at `path`, through a temporary file in the same folder renamed over it: a
+    reader sees the old file or the whole new one, and a failed write leaves no file behind."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(data, stream, indent=2, sort_keys=sort_keys, allow_nan=False)
+            stream.write("\n")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
 def write_receipt(path: str | os.PathLike, receipt: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(receipt, indent=2, sort_keys=True) + "\n")
-    temporary.replace(path)
+    write_json_atomic(path, receipt, sort_keys=True)
 
 
 def read_receipt(path: str | os.PathLike) -> dict:
