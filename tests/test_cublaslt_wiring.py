@@ -309,6 +309,25 @@ def test_fp8_and_int8_join_the_gemm_dtypes_where_the_device_runs_them(lt):
     ampere.check_dtype("int8")
 
 
+def test_cublaslt_is_loaded_only_when_asked_for(lt):
+    """Importing nvmath-python takes about a second: a job of cuBLAS dtypes never pays it."""
+    loads = []
+    backend = fake_cuda(90)
+    backend._load_cublaslt(lambda: loads.append(1) or load_binding())
+    for dtype in CUBLAS_DTYPES:
+        backend.check_dtype(dtype)
+        assert backend.library_path(dtype).endswith(("_tensor", "_cublas"))
+    for dtype in ("fp64", "fp32", "tf32", "fp16"):  # bf16's ceiling asks for cuBLASLt beside
+        assert [v.kernel for v in backend.library_variants(dtype)] == ["matmul"]
+    assert loads == [] and not backend._lt.loaded
+    assert backend._lt.metadata() == {"not_loaded": "this run asked nothing of cuBLASLt"}
+    assert backend._lt.versions()["cublaslt"] is None
+    backend.check_dtype("int8")
+    assert "int8" in backend.gemm_dtypes
+    assert loads == [1] and backend._lt.loaded  # once, then kept
+    assert backend._lt.versions()["cublaslt"] == lt.get_version()
+
+
 def test_without_nvmath_fp8_and_int8_are_absent_and_refused_with_one_clear_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "nvmath", None)  # `import nvmath` raises ImportError
     with pytest.raises(BackendError, match="nvmath-python is not importable") as caught:

@@ -226,28 +226,43 @@ def _destroy(made: list) -> None:
 class LtLibrary:
     """cuBLASLt for one device: the binding (or why there is none), the dtypes it adds to the
     backend's cuBLAS ones, its operands and one workspace shared by its plans (they run one at a
-    time, on the measuring stream)."""
+    time, on the measuring stream).
+
+    The binding is loaded on first need (importing nvmath-python takes about a second): a job
+    that runs no cuBLASLt GEMM and asks nothing of cuBLASLt's dtypes never loads it."""
 
     def __init__(
         self, cp, compute_capability: int, loader: Callable[[], LtBinding] = load_binding
     ) -> None:
         self._cp, self.compute_capability = cp, compute_capability
+        self._loader = loader
         self._workspace = None
-        self.binding: LtBinding | None = None
-        self.error: str | None = None
-        try:
-            self.binding = loader()
-        except BackendError as error:
-            self.error = str(error)
-        else:
-            weakref.finalize(self, self.binding.cublasLt.destroy, self.binding.handle)
+        self._binding: LtBinding | None = None
+        self.error: str | None = None  # why the binding did not load, once tried
+
+    @property
+    def loaded(self) -> bool:
+        return self._binding is not None
+
+    @property
+    def binding(self) -> LtBinding | None:
+        """nvmath-python's cuBLASLt binding, loaded on the first call; None where it cannot be
+        (`error` says why)."""
+        if self._binding is None and self.error is None:
+            try:
+                self._binding = self._loader()
+            except BackendError as error:
+                self.error = str(error)
+            else:
+                weakref.finalize(self, self._binding.cublasLt.destroy, self._binding.handle)
+        return self._binding
 
     def runs(self, dtype: str) -> bool:
         """Whether this device runs `dtype` through cuBLASLt here."""
         return (
-            self.binding is not None
-            and dtype in LT_GEMM_TYPES
+            dtype in LT_GEMM_TYPES
             and self.compute_capability >= LT_GEMM_TYPES[dtype].min_compute_capability
+            and self.binding is not None
         )
 
     def library_paths(self) -> dict[str, str]:
@@ -314,17 +329,20 @@ class LtLibrary:
         )
 
     def versions(self) -> dict:
-        """library_versions: nvmath-python's and cuBLASLt's (None where not loaded)."""
-        loaded = self.binding is not None
+        """library_versions: nvmath-python's and cuBLASLt's (None where this run did not load
+        it)."""
         return {
             "nvmath-python": package_version("nvmath-python"),
-            "cublaslt": self.binding.cublasLt.get_version() if loaded else None,
+            "cublaslt": self._binding.cublasLt.get_version() if self.loaded else None,
         }
 
     def metadata(self) -> dict:
-        """The `runs.blas` entry of cuBLASLt: its call and types, or why it is unavailable."""
-        if self.binding is None:
+        """The `runs.blas` entry of cuBLASLt: its call and types, why it is unavailable, or that
+        this run did not use it (then it was not loaded)."""
+        if self.error is not None:
             return {"unavailable": self.error}
+        if not self.loaded:
+            return {"not_loaded": "this run asked nothing of cuBLASLt"}
         dtypes = [d for d in LT_GEMM_TYPES if self.runs(d)]
         return {
             "call": "cublasLtMatmul through nvmath.bindings.cublasLt, the heuristic's first "
@@ -339,14 +357,24 @@ class CublasLtGemms:
     `compute_capability` and `library_description`."""
 
     def _load_cublaslt(self, loader: Callable[[], LtBinding] = load_binding) -> None:
-        """cuBLASLt where nvmath-python loads it; gemm_dtypes: cuBLAS's, then those only cuBLASLt
-        runs, where this device and install run them."""
+        """cuBLASLt, loaded through `loader` on first need (LtLibrary), beside cuBLAS."""
         self._lt = LtLibrary(self._cp, self.compute_capability, loader)
-        self._library_paths = library_paths(self.compute_capability)
-        self._library_paths.update(self._lt.library_paths())
-        self.gemm_dtypes = tuple(self._library_paths)
+        self._cublas_paths = library_paths(self.compute_capability)
+
+    @property
+    def gemm_dtypes(self) -> tuple[str, ...]:
+        """cuBLAS's dtypes, then those only cuBLASLt runs, where this device and install run
+        them (asking loads cuBLASLt)."""
+        return (*self._cublas_paths, *self._lt.library_paths())
+
+    def library_path(self, dtype: str) -> str:
+        if dtype in self._cublas_paths:  # bf16 too: the same path through either library
+            return self._cublas_paths[dtype]
+        return self._lt.library_paths()[dtype]
 
     def check_dtype(self, dtype: str) -> None:
+        if dtype in self._cublas_paths:
+            return  # cuBLAS's: nothing of cuBLASLt is asked (nor loaded)
         if refusal := self._lt.refusal(dtype):  # FP8 or int8 that this device or install lacks
             raise BackendError(f"backend {self.name} does not support dtype {dtype!r}: {refusal}")
         super().check_dtype(dtype)

@@ -466,9 +466,6 @@ class CudaBackend(StreamLoads, CublasLtGemms, Backend):
     def default_threads(self) -> int:
         return self.sm_count * self.max_threads_per_sm
 
-    def library_path(self, dtype: str) -> str:
-        return self._library_paths[dtype]
-
     def library_description(self, dtype: str) -> str:
         if dtype in LT_ONLY_DTYPES:
             return self._lt.description(dtype)
