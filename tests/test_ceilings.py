@@ -65,6 +65,9 @@ def quick_ceilings(quick_ceilings_run):
 def test_quick_ceilings_name_every_level_and_path(quick_ceilings):
     rows, _ = quick_ceilings
     by_name = {row["name"]: row for row in rows}
+    # one FMA roof per dtype and vector path of this CPU: the widest is the dtype's fp64_fma
+    isas = CpuBackend().fma_isas()
+    narrower = {f"{dtype}_fma_{isa}" for dtype in ("fp64", "fp32") for isa in isas[1:]}
     assert set(by_name) == {
         "L1",
         "L2",
@@ -74,10 +77,19 @@ def test_quick_ceilings_name_every_level_and_path(quick_ceilings):
         "fp32_fma",
         "fp64_blas",
         "fp32_blas",
+        *narrower,
     }
     for row in rows:
         assert row["unit"] == ("B/s" if row["kind"] == "bandwidth" else "FLOP/s")
         assert row["value"] > 0 and row["method"]
+        assert isinstance(row["roof_beaten"], bool) == (row["kind"] == "compute")
+    for name in ("fp64_fma", "fp32_fma", "L1", "DRAM"):  # the widest path's vectors
+        assert by_name[name]["isa"] == isas[0] and by_name[name]["vector_bits"] >= 128
+    for name in narrower:
+        isa = name.rsplit("_", 1)[1]
+        assert by_name[name]["isa"] == isa and isa in by_name[name]["method"].lower().replace(
+            "-", ""
+        )
     # Physical sanity that a broken kernel or byte count would violate (a margin of over 5x on
     # these machines; the fp32/fp64 FMA ratio has its own test below, as one run cannot judge it).
     assert by_name["L1"]["value"] > by_name["DRAM"]["value"]

@@ -415,7 +415,8 @@ def test_summary_shows_the_spread_of_the_samples_and_rounds_behind_each_ceiling(
         windows.setdefault(sample["config_id"], []).append(sample)
     page = built.index.read_text()
     for dtype in ("fp64", "fp32"):
-        rounds = {c: w for c, w in windows.items() if c.startswith(f"fma/{dtype}/")}
+        # the dtype's widest path (fma/fp64/round1), not its narrower ones (fma/fp64/avx2/round1)
+        rounds = {c: w for c, w in windows.items() if re.match(rf"fma/{dtype}/round\d+$", c)}
         # each round's median over the windows it used; the ceiling is the best clean round
         median = {
             c: statistics.median(s["rate"] for s in used_windows(w)) for c, w in rounds.items()
@@ -512,6 +513,43 @@ def test_a_store_of_ceilings_only_gets_its_roofs_and_sweep(quick_ceilings_run, t
     assert {row["kind"] for row in rows if "kind" in row} == {"bandwidth", "compute"}
     assert not [row for row in rows if "achieved_flops_per_s" in row]
     assert "No Roofline points on this machine yet." in report.index.read_text()
+
+
+def test_a_beaten_roof_and_each_instruction_path_are_shown(quick_ceilings_run, tmp_path):
+    """A ceilings run whose fp64 FMA roof a BLAS GEMM beats (the measured run with its fp64_fma
+    lowered below fp64_blas, then judged by the ceilings step's own check): the summary says so
+    with both figures, every compute row names its instruction path, and the Roofline's legend
+    names the widest path of each dtype."""
+    from rooflab.experiments.compute_paths import beaten_roofs
+
+    _, ceilings_run = quick_ceilings_run
+    tables = {name: table.to_pylist() for name, table in read_run(ceilings_run).items()}
+    rows = tables["ceilings"]
+    by_name = {row["name"]: row for row in rows}
+    blas = by_name["fp64_blas"]["value"]
+    by_name["fp64_fma"]["value"] = blas / 1.3
+    for row in rows:
+        row.pop("roof_beaten"), row.pop("roof_beaten_evidence")
+    (line,) = beaten_roofs(rows, "cpu")
+    results = tmp_path / "results"
+    write_run(results / "ceilings" / "runs", tables["runs"][0]["run_id"], tables)
+    ingest(results / "rooflab.duckdb", results)
+    report = build_report(results / "rooflab.duckdb", tmp_path / "report")
+    page = report.index.read_text()
+    figures = f"{blas / 1e9:.4g} GFLOP/s > fp64_fma {blas / 1.3e9:.4g} GFLOP/s"
+    assert figures in line
+    figures = figures.replace(">", "&gt;")
+    assert "The <b>fp64_fma</b> roof is beaten: fp64_blas (matmul) " + figures in page
+    isa = by_name["fp64_fma"]["isa"]
+    fma_row = re.search(r"<tr><td>fp64_fma</td>.*?</tr>", page).group(0)
+    assert f"<td>{isa}, {by_name['fp64_fma']['vector_bits']}-bit</td>" in fma_row
+    assert "roof beaten: fp64_blas" in fma_row
+    assert "roof beaten" not in re.search(r"<tr><td>fp32_fma</td>.*?</tr>", page).group(0)
+    legend = {row["ceiling"] for data in report.specs["roofline"]["datasets"].values()
+              for row in data if "ceiling" in row}  # fmt: skip
+    assert any(text.startswith(f"fp64_fma [{isa}] ") for text in legend), legend
+    for name in (n for n in by_name if n.startswith("fp64_fma_")):  # narrower paths
+        assert any(text.startswith(f"{name} ") for text in legend), legend
 
 
 def test_cli_report_and_a_missing_store(store, tmp_path, capsys):

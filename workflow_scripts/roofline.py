@@ -6,7 +6,7 @@ run, not only the newest: the store's derived rows are then what a rebuild gives
 import json
 from pathlib import Path
 
-from rooflab.roofline import build_analysis, write_analysis
+from rooflab.roofline import build_analysis, roof_faults, write_analysis
 from rooflab.workflow import kept_runs, log_to
 
 log = log_to(snakemake.log[0])
@@ -25,6 +25,8 @@ for note in analysis.points.notes:
     log.info("no counter point: %s", note)
 for note in analysis.notes:
     log.info("no stage bounds: %s", note)
+for fault in roof_faults(analysis.points.model):
+    log.warning(fault)
 write_analysis(analysis, Path(snakemake.output.points).parent)
 points = analysis.points
 log.info(

@@ -1,6 +1,8 @@
 /* C reference for rooflab's CPU ceiling kernels (src/rooflab/backends/cpu_kernels.py).
  *
  *   gcc -O3 -march=native -fopenmp stream_fma.c -o stream_fma
+ *   (at a chosen vector width: -DVEC_BYTES=64 -mprefer-vector-width=512 for AVX-512, or
+ *   -DVEC_BYTES=32 -mno-avx512f for AVX2; benchmarks/cpu_ceilings_vs_c.py builds both)
  *   OMP_NUM_THREADS=2 ./stream_fma triad WORKING_SET_BYTES REPS    (also: read, copy)
  *   OMP_NUM_THREADS=2 ./stream_fma fma64 ITERS                      (also: fma32)
  *
@@ -14,11 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UNIT 64     /* per-thread chunk is a multiple of 64 doubles (512 B) */
-#define BLOCK 16    /* copy/triad: 16 doubles (4 ymm) per loop trip, as numba's LLVM unrolls;
-                       gcc -O3 does not, and the loop overhead costs ~20-40% at L1 */
-#define NSUM 32     /* read: independent partial sums (8 ymm) to hide vaddpd latency */
-#define NCHAIN 12   /* FMA: independent ymm chains per thread (latency 4 x 2 pipes = 8 needed) */
+#ifndef VEC_BYTES
+#define VEC_BYTES 32 /* the vector width the loops are written for: 32 (ymm) or 64 (zmm) */
+#endif
+#define VD (VEC_BYTES / 8) /* doubles per vector */
+#define UNIT 64            /* per-thread chunk is a multiple of 64 doubles (512 B) */
+#define BLOCK (4 * VD)     /* copy/triad: 4 vectors per loop trip, as rooflab's kernels; gcc
+                              -O3 does not unroll, and the loop overhead costs ~20-40% at L1 */
+#define NSUM (8 * VD)      /* read: 8 vector partial sums to hide vaddpd latency */
+/* FMA: independent vector chains per thread (latency 4 x 2 pipes = 8 needed), as rooflab's */
+#define NCHAIN (VEC_BYTES == 64 ? 16 : 12)
 
 static double *arr[3];
 static long m;      /* elements per thread per array (n = m * threads) */
@@ -75,7 +82,7 @@ static double run_stream(int kind, long reps, int threads) {
 }
 
 /* NCHAIN*VL independent chains acc = acc*x + y (x < 1, so they converge to y/(1-x) and stay
- * finite); the compiler keeps them in ymm registers and emits one vfmadd per vector. */
+ * finite); the compiler keeps them in vector registers and emits one vfmadd per vector. */
 #define FMA_KERNEL(name, T, VL, X, Y)                                                   \
     static double name(long iters, int threads) {                                       \
         double total = 0.0;                                                             \
@@ -88,8 +95,8 @@ static double run_stream(int kind, long reps, int threads) {
         }                                                                               \
         return total;                                                                   \
     }
-FMA_KERNEL(fma64, double, 4, 0.999999, 1e-6)
-FMA_KERNEL(fma32, float, 8, 0.9999f, 1e-4f)
+FMA_KERNEL(fma64, double, VD, 0.999999, 1e-6)
+FMA_KERNEL(fma32, float, 2 * VD, 0.9999f, 1e-4f)
 
 int main(int argc, char **argv) {
     const char *names[] = {"", "read", "copy", "triad"};
@@ -116,7 +123,7 @@ int main(int argc, char **argv) {
         chk = (fma == 64 ? fma64 : fma32)(iters, threads);
     }
     printf("%.9f\n", omp_get_wtime() - t0);
-    double flops = fma ? 2.0 * NCHAIN * (fma == 64 ? 4 : 8) * atol(argv[2]) * threads : 0.0;
+    double flops = fma ? 2.0 * NCHAIN * (fma == 64 ? VD : 2 * VD) * atol(argv[2]) * threads : 0.0;
     fprintf(stderr, "elements %ld flops %.0f checksum %.17g\n", kind ? m * threads : 0L, flops, chk);
     return 0;
 }

@@ -58,6 +58,11 @@ MEMORY_LEVELS = ("DRAM", "HBM")  # the memory behind the caches: CPU, GPU
 HOST_LEVEL = "host"  # a GPU's link to host memory: a level with a ceiling, never a point's
 
 
+# A clean point whose achieved rate exceeds its attainable one by more than this factor (beyond
+# measurement noise) beats its roof: a fault of the roof, which is below what the machine does.
+ROOF_BEATEN_EFFICIENCY = 1.05
+
+
 def compute_path(backend: str | None, dtype: str) -> str | None:
     """The compute ceiling a GEMM of `dtype` on `backend` is paired with (None: no pairing)."""
     return COMPUTE_PATH.get(backend or "cpu", {}).get(dtype)
@@ -68,6 +73,13 @@ def workload_compute_path(dtype: str) -> str | None:
     chains. A user's kernel is no tensor-core GEMM, and its ledger's FLOPs are what the FP
     counters count (add, mul, fma); None for a dtype without an FMA ceiling (no point)."""
     return f"{dtype}_fma" if dtype in ("fp64", "fp32", "fp16") else None
+
+
+def fma_path_name(dtype: str, isa: str | None, widest: bool) -> str:
+    """The FMA ceiling of a dtype on an instruction path: `fp64_fma` for the dtype's widest path
+    (its default roof, the one its GEMMs and workloads are judged against), `fp64_fma_avx2` for a
+    narrower one (the roof of code built for that path)."""
+    return f"{dtype}_fma" if widest or isa is None else f"{dtype}_fma_{isa}"
 
 
 def path_unit(path: str) -> str:

@@ -158,7 +158,19 @@ class Backend(ABC):
     def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad: ...
 
     @abstractmethod
-    def fma_workload(self, dtype: str, threads: int) -> CeilingLoad: ...
+    def fma_workload(self, dtype: str, threads: int, isa: str | None = None) -> CeilingLoad:
+        """FMA chains of `dtype` on instruction path `isa` (one of fma_isas(); None: the
+        widest)."""
+
+    def fma_isas(self) -> tuple[str | None, ...]:
+        """The instruction paths the FMA chains are built for, widest first: one compute ceiling
+        each, the first the dtype's default roof (CPU: "avx512", "avx2"). (None,): one path
+        that needs no name (a GPU's FMA kernel)."""
+        return (None,)
+
+    def isa_label(self, isa: str | None) -> tuple[str | None, int | None]:
+        """(a name for people, vector bits) of an instruction path; (None, None) unnamed."""
+        return None, None
 
     def local_cache_workload(self, working_set_bytes: int, threads: int) -> CeilingLoad:
         """Each SM's L1 holds `working_set_bytes` (a region per resident block) and reads it over

@@ -1,4 +1,5 @@
-"""The CPU backend: numpy (BLAS) for GEMM, numba kernels for ceilings, host clock for timing.
+"""The CPU backend: numpy (BLAS) for GEMM, LLVM-built vector kernels per instruction path for
+ceilings (backends.cpu_kernels), host clock for timing.
 
 CPU work is synchronous, so a host clock around the call is the whole interval. Conditions come
 from rooflab.conditions.cpu (the effective clock is measured, not read from /proc/cpuinfo).
@@ -29,7 +30,7 @@ FLUSH_SETTLE_S = 0.5e-3
 class CpuBackend(Backend):
     name = "cpu"
     gemm_dtypes = tuple(NUMPY_DTYPES)
-    # cpu_kernels.STREAM_KERNELS, named here: numba loads only in a job that runs a kernel of it
+    # cpu_kernels.STREAM_KERNELS, named here: llvmlite loads only in a job that runs a kernel
     stream_kernels = ("read", "copy", "triad")
     fma_dtypes = ("fp64", "fp32")
 
@@ -58,6 +59,7 @@ class CpuBackend(Backend):
             "python": platform.python_version(),
             "numpy": np.__version__,
             "numba": importlib.metadata.version("numba"),
+            "llvmlite": importlib.metadata.version("llvmlite"),
         }
         return {
             "host": self.identity["hostname"],
@@ -166,19 +168,31 @@ class CpuBackend(Backend):
             unit="B",
         )
 
-    def fma_workload(self, dtype: str, threads: int) -> CeilingLoad:
+    def fma_workload(self, dtype: str, threads: int, isa: str | None = None) -> CeilingLoad:
         from rooflab.backends import cpu_kernels
 
         return CeilingLoad(
-            run=lambda iters: cpu_kernels.run_fma(dtype, iters, threads),
-            amount_per_unit=cpu_kernels.fma_flops(dtype, 1, threads),
+            run=lambda iters: cpu_kernels.run_fma(dtype, iters, threads, isa),
+            amount_per_unit=cpu_kernels.fma_flops(dtype, 1, threads, isa),
             unit="FLOP",
         )
+
+    def fma_isas(self) -> tuple[str | None, ...]:
+        from rooflab.backends import cpu_kernels
+
+        return tuple(path.isa for path in cpu_kernels.host_paths())
+
+    def isa_label(self, isa: str | None) -> tuple[str | None, int | None]:
+        from rooflab.backends import cpu_kernels
+
+        paths = cpu_kernels.host_paths()
+        path = next((p for p in paths if p.isa == isa), paths[0] if isa is None else None)
+        return (path.label, path.vector_bits) if path else (None, None)
 
     @contextlib.contextmanager
     def limited_library_threads(self) -> Iterator[int | None]:
         """BLAS with exactly default_threads() threads (threadpoolctl), whatever the
-        environment set; numba's pool is sized per kernel call (cpu_kernels._numba_threads)."""
+        environment set; the ceiling kernels' team is sized per call (cpu_kernels._team)."""
         from threadpoolctl import threadpool_limits
 
         threads = self.default_threads()

@@ -435,7 +435,9 @@ class CudaBackend(StreamLoads, CublasLtGemms, Backend):
         grid = self._grid(copy, self.default_threads())
         return host_link_loads(self._cp, self._stream, buffer_bytes, copy, grid, self.device)
 
-    def fma_workload(self, dtype: str, threads: int) -> CeilingLoad:
+    def fma_workload(self, dtype: str, threads: int, isa: str | None = None) -> CeilingLoad:
+        if isa is not None:
+            raise BackendError(f"backend cuda has one FMA path, not {isa!r}")
         if dtype not in self.fma_dtypes:
             raise BackendError(
                 f"backend cuda has no FMA kernel for {dtype!r}; known: {', '.join(self.fma_dtypes)}"

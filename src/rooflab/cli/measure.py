@@ -36,14 +36,16 @@ def cmd_measure_ceilings(args) -> None:
     tables = ceilings.run_ceilings(backend, settings)
     run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
     print(f"rooflab: wrote {run_dir}", file=sys.stderr)
-    columns = ("kind", "name", "kernel", "dtype", "value", "unit", "threads", "method")
-    columns += ("disturbed", "disturbance", "n_disturbed")
+    columns = ("kind", "name", "kernel", "dtype", "isa", "vector_bits", "value", "unit", "threads")
+    columns += ("method",)
+    columns += ("disturbed", "disturbance", "n_disturbed", "roof_beaten", "roof_beaten_evidence")
     rows = [{c: row.get(c) for c in columns} for row in tables["ceilings"]]
     if args.format == "table":
         for row in rows:
             kind = "byte_rate" if row["unit"] == "B/s" else "flop_rate"
             row["value"] = format_quantity(row["value"], kind)
-            del row["unit"], row["method"], row["disturbance"]
+            del row["unit"], row["method"], row["disturbance"], row["roof_beaten_evidence"]
+            del row["vector_bits"]
     print_rows(rows, args.format)
     _print_disturbance(tables, "ceilings")
 

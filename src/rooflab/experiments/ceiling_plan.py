@@ -259,11 +259,12 @@ def planned_blas_s(settings: CeilingSettings, rest_s: float = 0.0) -> float:
 
 
 def planned_work(
-    settings: CeilingSettings, working_sets: Sequence[int], rest_s: float = 0.0
+    settings: CeilingSettings, working_sets: Sequence[int], rest_s: float = 0.0, isas: int = 1
 ) -> list[float]:
-    """Planned seconds of each item of a run, in order: two FMA rounds, the sweep points the
-    sweeps start from (`working_sets`, every kernel's), the library GEMMs. The ETA starts from it
-    (progress); a sweep's refinements and further FMA rounds are added as they are decided."""
-    fma = [planned_point_s(settings)] * (2 * len(settings.fma_dtypes))
+    """Planned seconds of each item of a run, in order: two FMA rounds (each dtype on each of
+    `isas` instruction paths), the sweep points the sweeps start from (`working_sets`, every
+    kernel's), the library GEMMs. The ETA starts from it (progress); a sweep's refinements and
+    further FMA rounds are added as they are decided."""
+    fma = [planned_point_s(settings)] * (2 * len(settings.fma_dtypes) * isas)
     points = [planned_sweep_point_s(settings, size) for size in working_sets]
     return fma + points + [planned_blas_s(settings, rest_s)] * len(settings.blas_dtypes)

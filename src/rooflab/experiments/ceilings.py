@@ -38,6 +38,7 @@ from rooflab.experiments.ceiling_plan import (
     sweep_start,
 )
 from rooflab.experiments.ceiling_windows import Windows, time_workload, window_rule
+from rooflab.experiments.compute_paths import beaten_roofs, fma_paths
 from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.host_link_ceilings import measure_host_link
 from rooflab.experiments.machine_lock import measuring
@@ -118,17 +119,23 @@ def _run_ceilings(
         else []
     )
     working_sets = list(sizes) * len(settings.kernels) + list(local_sizes)
-    progress.plan(planned_work(settings, working_sets, backend.rest_before_peak_s))
+    progress.plan(
+        planned_work(
+            settings, working_sets, backend.rest_before_peak_s, isas=len(backend.fma_isas())
+        )
+    )
     point_s = planned_point_s(settings)
     rule = window_rule(settings)
 
     # FMA rounds are spread over the run (first, after each bandwidth sweep, last), taken while a
-    # dtype's best two rounds disagree, and each dtype keeps its best: a ceiling is the best
+    # path's best two rounds disagree, and each path keeps its best: a ceiling is the best
     # sustained rate, and a slow spell of a shared machine (seen here: seconds at about half
-    # speed) then costs a round, not the ceiling.
-    # dtype -> (clean, rate), iterations, threads, config_id, verdict, stop
+    # speed) then costs a round, not the ceiling. One path per dtype and instruction path the
+    # backend builds (CPU: AVX-512 and AVX2 where the CPU has both), the widest the dtype's roof.
+    paths = fma_paths(settings.fma_dtypes, backend.fma_isas())
+    # path name -> (clean, rate), iterations, threads, config_id, verdict, stop
     best: dict[str, tuple] = {}
-    round_rates: dict[str, list[float]] = {dtype: [] for dtype in settings.fma_dtypes}
+    round_rates: dict[str, list[float]] = {path.name: [] for path in paths}
     rounds = 0
 
     def timed(workload: CeilingLoad, rate_hint=None, rule: StoppingRule = rule) -> Windows:
@@ -142,14 +149,14 @@ def _run_ceilings(
         if rounds >= settings.max_rounds or not needed:
             return
         if rounds >= 2:
-            progress.add([point_s] * len(settings.fma_dtypes))
+            progress.add([point_s] * len(paths))
         wait_until_idle()  # the BLAS pool may still spin from the library GEMM before it
-        for dtype in settings.fma_dtypes:
-            config_id = f"fma/{dtype}/round{rounds}"
-            progress.start(f"fma {dtype} round {rounds}", point_s)
+        for path in paths:
+            config_id = path.config_id(rounds)
+            progress.start(f"fma {path.name} round {rounds}", point_s)
             before = conditions_row(backend, run_id, "before", config_id)
-            workload = backend.fma_workload(dtype, threads)
-            hint = best[dtype][0][1] if dtype in best else None
+            workload = backend.fma_workload(path.dtype, threads, path.isa)
+            hint = best[path.name][0][1] if path.name in best else None
             with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
                 windows = timed(workload, hint)
             readings = [before, *during_rows(run_id, during)]
@@ -159,13 +166,20 @@ def _run_ceilings(
             verdict = add_gpu_processes(windows.verdict, readings)
             rate = windows.median_rate()
             if not verdict.disturbed:
-                round_rates[dtype].append(rate)
+                round_rates[path.name].append(rate)
             # A clean round beats any disturbed one; a ceiling never comes from disturbed
             # windows while a clean round exists.
             key = (not verdict.disturbed, rate)
-            if dtype not in best or key > best[dtype][0]:
+            if path.name not in best or key > best[path.name][0]:
                 threads_run = workload.threads or threads
-                best[dtype] = (key, windows.units, threads_run, config_id, verdict, windows.stop)
+                best[path.name] = (
+                    key,
+                    windows.units,
+                    threads_run,
+                    config_id,
+                    verdict,
+                    windows.stop,
+                )
             note = " (disturbed)" if verdict.disturbed else ""
             progress.update(f"{rate / 1e9:.1f} GFLOP/s{note}")
         rounds += 1
@@ -232,11 +246,13 @@ def _run_ceilings(
                     "method": (
                         f"best of {len(on_plateau)} sweep points with {words} in "
                         f"[{lo}, {hi}] B, each the median of its windows of >= "
-                        f"{settings.window_s} s ({rule.describe()}); STREAM byte convention, "
-                        f"write-allocate traffic not counted"
+                        f"{settings.window_s} s ({rule.describe()}); {vectors}STREAM byte "
+                        f"convention, write-allocate traffic not counted"
                     ),
                     "cache_state": CacheState.WARM,
                     "threads": top.row["threads"],
+                    "isa": stream_isa,
+                    "vector_bits": stream_bits,
                     "working_set_min_bytes": min(p.working_set for p in on_plateau),
                     "working_set_max_bytes": max(p.working_set for p in on_plateau),
                     "n_points": len(on_plateau),
@@ -247,6 +263,9 @@ def _run_ceilings(
                 }
             )
 
+    stream_isa = backend.fma_isas()[0]  # the bandwidth kernels run the widest path's vectors
+    stream_label, stream_bits = backend.isa_label(stream_isa)
+    vectors = f"{stream_label} ({stream_bits}-bit) loads and stores; " if stream_label else ""
     fma_round()
     for kernel in settings.kernels:
         bandwidth_sweep(
@@ -274,19 +293,22 @@ def _run_ceilings(
         )
     fma_round()
 
-    for dtype, ((_, rate), iters, fma_threads, config_id, verdict, stop) in best.items():
-        rates = sorted(round_rates[dtype], reverse=True)
+    for path in paths:
+        (_, rate), iters, fma_threads, config_id, verdict, stop = best[path.name]
+        rates = sorted(round_rates[path.name], reverse=True)
+        label, bits = backend.isa_label(path.isa)
+        chains = f"{label} ({bits}-bit vectors)" if label else "registers"
         tables["ceilings"].append(
             {
                 "run_id": run_id,
                 "kind": "compute",
-                "name": f"{dtype}_fma",
+                "name": path.name,
                 "kernel": "fma_chains",
-                "dtype": dtype,
+                "dtype": path.dtype,
                 "value": rate,
                 "unit": "FLOP/s",
                 "method": (
-                    f"independent FMA chains in registers (SIMD on a CPU), {iters} iterations "
+                    f"independent FMA chains in {chains}, {iters} iterations "
                     f"per window; best of {rounds} rounds spread over the run (taken while the "
                     f"best two differed by more than {settings.rel_width:.1%}), each the median "
                     f"of its windows of >= {settings.window_s} s ({rule.describe()}); "
@@ -296,6 +318,8 @@ def _run_ceilings(
                 "threads": fma_threads,
                 "n_points": rounds,
                 "config_id": config_id,
+                "isa": path.isa,
+                "vector_bits": bits,
                 **stop.columns(),
                 "n_rounds": rounds,
                 "round_spread": 1 - rates[1] / rates[0] if len(rates) > 1 else None,
@@ -303,6 +327,8 @@ def _run_ceilings(
                 **verdict.columns(),
             }
         )
+    for fault in beaten_roofs(tables["ceilings"], backend.name):
+        progress.note(fault)
 
     tables["runs"] = [
         run_row(

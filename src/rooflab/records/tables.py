@@ -5,43 +5,24 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from rooflab.records.columns import BOOL as _B
+from rooflab.records.columns import DISTURBANCE as _DISTURBANCE
+from rooflab.records.columns import FLOAT as _F
+from rooflab.records.columns import INT as _I
+from rooflab.records.columns import ROUNDS as _ROUNDS
+from rooflab.records.columns import SAMPLED as _SAMPLED
+from rooflab.records.columns import SM_CLOCK as _SM_CLOCK
+from rooflab.records.columns import STOPPED as _STOPPED
+from rooflab.records.columns import STRING as _S
+from rooflab.records.columns import TIMESTAMP as _T
+
 # 2: disturbance (per sample: run-queue wait, CPU time, involuntary switches, `disturbed`; per
 # measurement: the verdict and what other processes used; per run: the quiet check).
 # 3: the stopping rule (ci_rel_width, stop_reason), rounds (samples.round; a timed point's
 # n_rounds and round_spread: its round medians' max / min - 1).
-SCHEMA_VERSION = 3
-
-_S, _F, _I, _B, _T = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.timestamp("us", "UTC")
-
-# What the rest of the machine took from a measurement (conditions.disturbance): `disturbed` and
-# why, samples (windows) left out and re-taken, other processes' CPUs and the hypervisor's steal
-# while it sampled, other processes seen on the GPU (null on a CPU).
-_DISTURBANCE = [
-    ("disturbed", _B),
-    ("disturbance", _S),
-    ("n_disturbed", _I),
-    ("other_cpus", _F),
-    ("steal_fraction", _F),
-    ("gpu_other_processes", _I),
-]
-
-# How sampling stopped (experiments.stopping): the width of the median's 95 % interval over the
-# median when it stopped, and why (converged, time_cap, sample_cap, retakes).
-_STOPPED = [("ci_rel_width", _F), ("stop_reason", _S)]
-# A timed point's samples: how many its statistics used, and their quantiles (s).
-_SAMPLED = [("n_samples", _I), ("median_s", _F), ("p25_s", _F), ("p75_s", _F), ("min_s", _F)]
-_SAMPLED += _STOPPED
-_ROUNDS = [("n_rounds", _I), ("round_spread", _F)]
-# The SM clock over a measurement's condition readings (before, during, after), and its flags:
-# clock range above the configured fraction, thermal or power cap seen, every clock-event reason
-# seen. Null where no SM clock was read (CPU).
-_SM_CLOCK = [
-    ("sm_clock_min_mhz", _F),
-    ("sm_clock_max_mhz", _F),
-    ("clock_moved", _B),
-    ("clock_capped", _B),
-    ("clock_events", _S),
-]
+# 4: compute ceilings per instruction path (ceilings.isa, vector_bits: fp64_fma is the widest
+# path, fp64_fma_avx2 a narrower one) and roofs a library GEMM beats (roof_beaten, its evidence).
+SCHEMA_VERSION = 4
 
 TABLES: dict[str, pa.Schema] = {
     "runs": pa.schema(
@@ -108,6 +89,14 @@ TABLES: dict[str, pa.Schema] = {
             ("working_set_min_bytes", _I),
             ("working_set_max_bytes", _I),
             ("n_points", _I),
+            # The instruction path of a CPU's kernels ("avx512", "avx2", "neon") and its vector
+            # width; null where the backend has one unnamed path (a GPU's).
+            ("isa", _S),
+            ("vector_bits", _I),
+            # A compute roof that a library GEMM of its dtype beats: a fault of the roof, with
+            # both figures (experiments.compute_paths.beaten_roofs); null on bandwidth rows.
+            ("roof_beaten", _B),
+            ("roof_beaten_evidence", _S),
             *_SM_CLOCK,
             # The samples behind the value: the sweep point or FMA round that gave it, or the
             # library GEMM's configuration; how they stopped; FMA: rounds taken, best two's gap.
@@ -409,6 +398,9 @@ TABLES: dict[str, pa.Schema] = {
             ("bound_s", _F),
             ("limiter", _S),
             ("efficiency", _F),
+            # clean (not disturbed, not noisy) and above its roof beyond noise
+            # (vocabulary.ROOF_BEATEN_EFFICIENCY): a fault of the roof, not a feat of the point
+            ("roof_beaten", _B),
             ("limiting_level", _S),  # the level whose B·I is smallest (counters rows)
             ("hierarchical_attainable_flops_per_s", _F),  # min(C, B_level·I_level over levels)
             ("hierarchical_bound_s", _F),

@@ -100,7 +100,9 @@ def _roofs(ceilings: pd.DataFrame, unit: str = "FLOP") -> tuple[dict, dict, dict
     compute = ceilings[ceilings.kind == "compute"].set_index("name")
     levels = [lv for lv in BANDWIDTH_LEVELS if lv in bandwidth.index]
     levels += [lv for lv in bandwidth.index if lv not in levels]
-    paths = [p for p in FMA_PATHS + LIBRARY_PATHS if p in compute.index]
+    # each FMA path, then its narrower instruction paths (fp64_fma, fp64_fma_avx2), the libraries
+    fma = [q for p in FMA_PATHS for q in sorted(compute.index) if q == p or q.startswith(f"{p}_")]
+    paths = [p for p in fma + list(LIBRARY_PATHS) if p in compute.index]
     paths += [p for p in compute.index if p not in paths]
     bws = {lv: float(bandwidth.loc[lv, "value"]) for lv in levels}
     peaks = {p: float(compute.loc[p, "value"]) for p in paths}
@@ -110,8 +112,10 @@ def _roofs(ceilings: pd.DataFrame, unit: str = "FLOP") -> tuple[dict, dict, dict
     }
     for path, peak in peaks.items():
         library = path in LIBRARY_PATHS or compute.loc[path, "kernel"] == "matmul"
-        texts[path] = f"{path} {format_quantity(peak, WORK_RATE_KINDS[unit], 4)}" + (
-            " (library)" if library else ""
+        isa = compute.loc[path].get("isa") if "isa" in compute else None
+        named = isinstance(isa, str) and not path.endswith(f"_{isa}")  # the widest: fp64_fma
+        texts[path] = f"{path}{f' [{isa}]' if named else ''} " + (
+            f"{format_quantity(peak, WORK_RATE_KINDS[unit], 4)}" + (" (library)" if library else "")
         )
     return bws, peaks, texts
 

@@ -8,12 +8,28 @@ from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
 from rooflab.units import format_quantity
-from rooflab.vocabulary import MEMORY_LEVELS
+from rooflab.vocabulary import MEMORY_LEVELS, ROOF_BEATEN_EFFICIENCY
 
 if TYPE_CHECKING:
     import pandas as pd
 
-ABOVE_ROOF = 1.05  # efficiency beyond measurement noise: a roof that is too low
+
+def _path_text(ceiling) -> str:
+    """The instruction path of a CPU's kernels (`avx512, 512-bit`), "-" where none is named."""
+    isa = getattr(ceiling, "isa", None)
+    if isa is None or (isinstance(isa, float) and isa != isa):
+        return "-"
+    return f"{isa}, {int(ceiling.vector_bits)}-bit"
+
+
+def _beaten_text(ceiling) -> str:
+    import pandas as pd
+
+    beaten = getattr(ceiling, "roof_beaten", None)
+    if beaten is None or pd.isna(beaten) or not beaten:
+        return ""
+    why = html.escape(str(ceiling.roof_beaten_evidence))
+    return f"; <span class='warning'>roof beaten: {why}</span>"
 
 
 def _rate_text(value: float, unit: str) -> str:
@@ -105,13 +121,14 @@ def summary_html(connection, scope, facts) -> str:
         out.append(f"<h3>Latest ceilings (run <code>{run}</code>)</h3><table class='ceilings'>")
         out.append(
             "<tr><th>ceiling</th><th>value</th><th>kernel</th><th>dtype</th>"
-            "<th>samples behind it</th></tr>"
+            "<th>instruction path</th><th>samples behind it</th></tr>"
         )
         for r in ceilings.itertuples():
             out.append(
                 f"<tr><td>{esc(r.name)}</td><td class='num'>{_rate_text(r.value, r.unit)}</td>"
                 f"<td>{esc(str(r.kernel))}</td><td>{esc(_or_dash(r.dtype))}</td>"
-                f"<td>{_windows_text(r)}{_disturbed_text(r)}</td></tr>"
+                f"<td>{esc(_path_text(r))}</td>"
+                f"<td>{_windows_text(r)}{_disturbed_text(r)}{_beaten_text(r)}</td></tr>"
             )
         out.append("</table>")
         disturbed = int(ceilings.disturbed.sum())
@@ -120,6 +137,13 @@ def summary_html(connection, scope, facts) -> str:
                 f"<p class='warning'><b>{disturbed}</b> of the {len(ceilings)} ceilings disturbed: "
                 "other processes took time from their measurement (why: in the table), so their "
                 "values may be low and points read against them high.</p>"
+            )
+        beaten = ceilings[ceilings.get("roof_beaten", False) == True]  # noqa: E712 - nulls
+        for r in beaten.itertuples():
+            out.append(
+                f"<p class='warning roof-beaten'>The <b>{esc(r.name)}</b> roof is beaten: "
+                f"{esc(str(r.roof_beaten_evidence))}. A roof that a library call beats is below "
+                "what this machine does: its points' efficiencies are too high.</p>"
             )
         memory = ceilings[(ceilings.kind == "bandwidth") & ceilings.name.isin(MEMORY_LEVELS)]
         compute = ceilings[ceilings.kind == "compute"]
@@ -145,12 +169,12 @@ def summary_html(connection, scope, facts) -> str:
             f"{_disturbed_points_text(points)}; "
             f"<b>{failed.config_id.nunique()}</b> configuration(s) failed correctness.</p>"
         )
-        above = int((points.efficiency > ABOVE_ROOF).sum())
+        above = int((points.efficiency > ROOF_BEATEN_EFFICIENCY).sum())
         if above:
             out.append(
                 f"<p class='warning'><b>{above}</b> point(s) sit above their roof (efficiency "
-                f"over {ABOVE_ROOF:.0%}): the ceilings under-measure this machine, or the "
-                "ceilings run and the sweep ran under different conditions (compare the clocks "
+                f"over {ROOF_BEATEN_EFFICIENCY:.0%}): the ceilings under-measure this machine, or "
+                "the ceilings run and the sweep ran under different conditions (compare the clocks "
                 "in the conditions chart, and the load on the machine).</p>"
             )
     return "\n".join(out)

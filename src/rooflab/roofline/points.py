@@ -46,6 +46,7 @@ from rooflab.records import read_run, timed_rows, to_table
 from rooflab.vocabulary import (
     MEMORY_LEVEL,
     MEMORY_LEVELS,
+    ROOF_BEATEN_EFFICIENCY,
     CacheState,
     compute_path,
     workload_compute_path,
@@ -195,7 +196,38 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
                     **timing_flags(point),
                 }
             )
+            points[-1]["roof_beaten"] = beats_its_roof(points[-1])
     return points
+
+
+def beats_its_roof(point: dict) -> bool:
+    """A clean point (neither disturbed nor noisy) above its roof beyond noise: the roof it is
+    judged against (its limiter's: the compute path, or the level's bandwidth) is too low."""
+    clean = not point.get("disturbed") and not point.get("noisy")
+    return bool(clean and point["efficiency"] > ROOF_BEATEN_EFFICIENCY)
+
+
+def roof_faults(points: list[dict]) -> list[str]:
+    """A line per roof that clean points beat, naming the roof's figure and the best point's."""
+    by_roof: dict[tuple, list[dict]] = {}
+    for point in points:
+        if point.get("roof_beaten"):
+            memory = point["limiter"] == "memory"
+            roof = point["level"] if memory else point["compute_path"]
+            by_roof.setdefault((point["machine_id"], roof, memory), []).append(point)
+    lines = []
+    for (machine, roof, memory), beaten in sorted(by_roof.items()):
+        top = max(beaten, key=lambda p: p["efficiency"])
+        unit = f"{top['work_unit']}/s"
+        value = top["bandwidth_b_per_s"] if memory else top["peak_flops_per_s"]
+        figure = f"{value / 1e9:.4g} {'GB/s' if memory else 'G' + unit}"
+        lines.append(
+            f"roof beaten on {machine}: {len(beaten)} clean point(s) above {roof} ({figure}); "
+            f"best {top['config_id']} {top['cache_state']} at "
+            f"{top['achieved_flops_per_s'] / 1e9:.4g} G{unit}, {top['efficiency']:.2f}x its "
+            "attainable: that roof is below what this machine does"
+        )
+    return lines
 
 
 def timing_flags(point: dict) -> dict:

@@ -74,12 +74,16 @@ REPORT_VIEWS_SQL = {
     # windows its value used (n_windows; iqr_ratio of their rates) and, for FMA paths, the lowest
     # and highest median of its rounds (rounds_min, rounds_max, in `unit`); for a bandwidth level,
     # read_value is the `read` kernel's ceiling on it (B/s; null where no read kernel ran), which
-    # sits below `value` where another kernel was faster on the level.
+    # sits below `value` where another kernel was faster on the level. isa and vector_bits: the
+    # instruction path of a CPU's kernels (fp64_fma the widest path, fp64_fma_avx2 a narrower
+    # one); roof_beaten: a library GEMM of the roof's dtype beat it, roof_beaten_evidence says
+    # which and both figures (a fault of the roof).
     "ceiling_summary": """
         WITH ceiling AS (
             SELECT machine_id, backend, run_id, config_id, kind, name, kernel, dtype, value, unit,
                    working_set_min_bytes, working_set_max_bytes, n_points,
-                   coalesce(disturbed, false) AS disturbed, disturbance
+                   coalesce(disturbed, false) AS disturbed, disturbance, isa, vector_bits,
+                   roof_beaten, roof_beaten_evidence
             FROM latest_ceilings
             QUALIFY row_number() OVER (
                 PARTITION BY machine_id, backend, kind, name ORDER BY value DESC
@@ -108,7 +112,7 @@ REPORT_VIEWS_SQL = {
         SELECT c.machine_id, c.backend, c.kind, c.name, c.kernel, c.dtype, c.value, c.unit,
                c.working_set_min_bytes, c.working_set_max_bytes, c.n_points, w.n_windows,
                w.iqr_ratio, r.rounds_min, r.rounds_max, c.disturbed, c.disturbance,
-               k.read_value
+               k.read_value, c.isa, c.vector_bits, c.roof_beaten, c.roof_beaten_evidence
         FROM ceiling AS c
         LEFT JOIN windows AS w USING (run_id, config_id)
         LEFT JOIN rounds AS r

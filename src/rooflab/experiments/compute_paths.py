@@ -1,0 +1,71 @@
+"""The compute ceilings' instruction paths: one FMA ceiling per dtype and vector path the backend
+builds, and the check that no library GEMM beats the roof its dtype is judged against."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from rooflab.units import format_quantity
+from rooflab.vocabulary import compute_path, fma_path_name
+
+
+class FmaPath(NamedTuple):
+    dtype: str
+    isa: str | None  # None: the backend's one unnamed path (a GPU's FMA kernel)
+    name: str  # the ceiling's name: fp64_fma (widest), fp64_fma_avx2
+
+    def config_id(self, round_index: int) -> str:
+        """fma/fp64/round0 for a dtype's widest path, fma/fp64/avx2/round0 for a narrower one."""
+        narrower = f"/{self.isa}" if self.name != fma_path_name(self.dtype, self.isa, True) else ""
+        return f"fma/{self.dtype}{narrower}/round{round_index}"
+
+
+def fma_paths(dtypes, isas) -> list[FmaPath]:
+    """A path per dtype and instruction path (isas widest first: the first is the dtype's roof)."""
+    return [
+        FmaPath(dtype, isa, fma_path_name(dtype, isa, widest=index == 0))
+        for dtype in dtypes
+        for index, isa in enumerate(isas)
+    ]
+
+
+def beaten_roofs(ceilings: list[dict], backend: str) -> list[str]:
+    """Flag each compute roof a library GEMM of the same dtype beats (a fault of the roof: the
+    machine does more than it says), in place (`roof_beaten`, `roof_beaten_evidence`), and
+    return a line per fault naming both figures. A library ceiling is compared with the roof its
+    dtype's GEMMs are judged against (vocabulary.compute_path) only: a bf16 tensor GEMM above the
+    fp32 FMA roof is another path, not a fault."""
+    roofs = {
+        row["name"]: row for row in ceilings if row["kind"] == "compute" and row["value"]
+    }  # a name may have several rows (library variants): the roof is the best
+    for row in ceilings:
+        if row["kind"] == "compute" and row["value"] > roofs[row["name"]]["value"]:
+            roofs[row["name"]] = row
+    for row in ceilings:
+        row.setdefault("roof_beaten", False if row["kind"] == "compute" else None)
+        row.setdefault("roof_beaten_evidence", None)
+    lines = []
+    for library in ceilings:
+        roof = roofs.get(compute_path(backend, library["dtype"]) or "")
+        if library["kind"] != "compute" or library["kernel"] == "fma_chains":
+            continue  # FMA paths are roofs of their own (a narrower path is another roof)
+        if roof is None or roof["name"] == library["name"]:
+            continue
+        if library.get("unit") != roof.get("unit") or library["value"] <= roof["value"]:
+            continue
+        rate = "op_rate" if roof.get("unit") == "OP/s" else "flop_rate"
+        evidence = (
+            f"{library['name']} ({library['kernel']}) "
+            f"{format_quantity(library['value'], rate, 4)} > {roof['name']} "
+            f"{format_quantity(roof['value'], rate, 4)}"
+        )
+        if roof["roof_beaten"]:
+            roof["roof_beaten_evidence"] += f"; {evidence}"
+        else:
+            roof["roof_beaten"], roof["roof_beaten_evidence"] = True, evidence
+        lines.append(
+            f"roof beaten: {evidence}: a library call beats the {roof['name']} roof, so that "
+            f"roof is below what this machine does (its {library['dtype']} points are judged "
+            "against a ceiling the machine does not have)"
+        )
+    return lines
