@@ -89,9 +89,11 @@ def reference_fma(binary, threads, dtype, window_s, windows) -> float:
 
 
 def likwid(test: str, working_set: str, threads: int) -> float:
-    """likwid-bench's rate (FLOP/s for peakflops, B/s for stream) of one run."""
+    """likwid-bench's rate (FLOP/s for peakflops, B/s for stream) of one run (its default
+    minimum of 1 s: with `-s 0.5` its iteration count came out far too small here, at a sixth to
+    a half of its own rate)."""
     result = subprocess.run(
-        ["likwid-bench", "-t", test, "-W", f"N:{working_set}:{threads}", "-s", "0.5"],
+        ["likwid-bench", "-t", test, "-W", f"N:{working_set}:{threads}"],
         capture_output=True,
         text=True,
         check=True,

@@ -83,8 +83,12 @@ def test_quick_ceilings_name_every_level_and_path(quick_ceilings):
         assert row["unit"] == ("B/s" if row["kind"] == "bandwidth" else "FLOP/s")
         assert row["value"] > 0 and row["method"]
         assert isinstance(row["roof_beaten"], bool) == (row["kind"] == "compute")
-    for name in ("fp64_fma", "fp32_fma", "L1", "DRAM"):  # the widest path's vectors
+    for name in ("fp64_fma", "fp32_fma"):  # a dtype's roof is its widest path
         assert by_name[name]["isa"] == isas[0] and by_name[name]["vector_bits"] >= 128
+    for row in rows:  # a level's best kernel: triad at the widest path, or triad_avx2, ...
+        if row["kind"] == "bandwidth":
+            assert row["kernel"] == ("triad" if row["isa"] == isas[0] else f"triad_{row['isa']}")
+            assert row["vector_bits"] >= 128
     for name in narrower:
         isa = name.rsplit("_", 1)[1]
         assert by_name[name]["isa"] == isa and isa in by_name[name]["method"].lower().replace(
@@ -122,9 +126,9 @@ def test_quick_ceilings_keep_every_sweep_point_and_condition(quick_ceilings):
     sweep = tables["ceiling_sweep"].to_pylist()
     assert len(sweep) >= 20
     assert {p["level"] for p in sweep} >= {"L1", "L2", "L3", "DRAM"}
-    bandwidth = {r["name"]: r["value"] for r in rows if r["kind"] == "bandwidth"}
-    for level, value in bandwidth.items():
-        on_plateau = [p for p in sweep if p["level"] == level]
+    bandwidth = {(r["name"], r["kernel"]): r["value"] for r in rows if r["kind"] == "bandwidth"}
+    for (level, kernel), value in bandwidth.items():
+        on_plateau = [p for p in sweep if p["level"] == level and p["kernel"] == kernel]
         clean_points = [p for p in on_plateau if not p["disturbed"]]
         assert value == max(p["value"] for p in clean_points or on_plateau)
     conditions = tables["conditions"].to_pylist()
@@ -260,4 +264,5 @@ def test_a_local_cache_is_swept_per_unit_and_its_plateau_is_inside_one_unit():
 
 def test_backends_without_a_local_cache_get_no_local_sweep(quick_ceilings):
     _, tables = quick_ceilings
-    assert set(tables["ceiling_sweep"].column("kernel").to_pylist()) == {"triad"}
+    narrower = {f"triad_{isa}" for isa in CpuBackend().fma_isas()[1:]}  # triad_avx2 on AVX-512
+    assert set(tables["ceiling_sweep"].column("kernel").to_pylist()) == {"triad", *narrower}

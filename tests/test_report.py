@@ -437,7 +437,9 @@ def test_summary_shows_the_spread_of_the_samples_and_rounds_behind_each_ceiling(
 
 def test_summary_prints_each_ceiling_and_the_ridge_points_from_the_store(built, store):
     page = built.index.read_text()
-    ceilings = query(store, "SELECT kind, name, value FROM latest_ceilings").to_pylist()
+    ceilings = query(  # a level's best kernel (triad, or triad_avx2 on an AVX-512 CPU)
+        store, "SELECT kind, name, max(value) AS value FROM latest_ceilings GROUP BY ALL"
+    ).to_pylist()
     assert ceilings
     for c in ceilings:
         unit = "GB/s" if c["kind"] == "bandwidth" else "GFLOP/s"

@@ -155,7 +155,11 @@ class Backend(ABC):
     def to_host(self, array: Any): ...
 
     @abstractmethod
-    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad: ...
+    def stream_workload(
+        self, kernel: str, working_set_bytes: int, threads: int, isa: str | None = None
+    ) -> CeilingLoad:
+        """A STREAM kernel over `working_set_bytes`, its loads and stores at the width of path
+        `isa` (one of fma_isas(); None: the widest)."""
 
     @abstractmethod
     def fma_workload(self, dtype: str, threads: int, isa: str | None = None) -> CeilingLoad:

@@ -157,13 +157,15 @@ class CpuBackend(Backend):
     def to_host(self, array):
         return array
 
-    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad:
+    def stream_workload(
+        self, kernel: str, working_set_bytes: int, threads: int, isa: str | None = None
+    ) -> CeilingLoad:
         from rooflab.backends import cpu_kernels
 
         arrays = cpu_kernels.allocate_stream(kernel, working_set_bytes, threads)
         elements = sum(a.size for a in arrays) // cpu_kernels.STREAM_KERNELS[kernel]
         return CeilingLoad(
-            run=lambda reps: cpu_kernels.run_stream(kernel, arrays, reps, threads),
+            run=lambda reps: cpu_kernels.run_stream(kernel, arrays, reps, threads, isa),
             amount_per_unit=elements * cpu_kernels.STREAM_BYTES_PER_ELEMENT[kernel],
             unit="B",
         )

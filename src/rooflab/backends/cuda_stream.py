@@ -34,7 +34,11 @@ SMALL_SET_BYTES = 64 * 1024  # the sets the warm-up runs every kernel on
 class StreamLoads:
     """The `stream_workload` and `local_cache_workload` of CudaBackend."""
 
-    def stream_workload(self, kernel: str, working_set_bytes: int, threads: int) -> CeilingLoad:
+    def stream_workload(
+        self, kernel: str, working_set_bytes: int, threads: int, isa: str | None = None
+    ) -> CeilingLoad:
+        if isa is not None:
+            raise BackendError(f"backend cuda has one stream path, not {isa!r}")
         if kernel not in STREAM_ARRAYS:
             raise BackendError(
                 f"unknown stream kernel {kernel!r}; known: {', '.join(STREAM_ARRAYS)}"

@@ -38,7 +38,7 @@ from rooflab.experiments.ceiling_plan import (
     sweep_start,
 )
 from rooflab.experiments.ceiling_windows import Windows, time_workload, window_rule
-from rooflab.experiments.compute_paths import beaten_roofs, fma_paths
+from rooflab.experiments.compute_paths import beaten_roofs, fma_paths, stream_sweeps
 from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.host_link_ceilings import measure_host_link
 from rooflab.experiments.machine_lock import measuring
@@ -118,7 +118,8 @@ def _run_ceilings(
         if local is not None
         else []
     )
-    working_sets = list(sizes) * len(settings.kernels) + list(local_sizes)
+    sweeps = len(stream_sweeps(settings.kernels, backend.fma_isas()))
+    working_sets = list(sizes) * sweeps + list(local_sizes)
     progress.plan(
         planned_work(
             settings, working_sets, backend.rest_before_peak_s, isas=len(backend.fma_isas())
@@ -184,9 +185,12 @@ def _run_ceilings(
             progress.update(f"{rate / 1e9:.1f} GFLOP/s{note}")
         rounds += 1
 
-    def bandwidth_sweep(kernel, sizes, workload_for, level_windows, words) -> None:
+    def bandwidth_sweep(kernel, sizes, workload_for, level_windows, words, isa=None) -> None:
         """Time `kernel` at each working set (refining an adaptive sweep at its edges); each
-        level's ceiling is its best plateau point."""
+        level's ceiling is its best plateau point. `isa`: the vector path of its loads and
+        stores, where the backend names one."""
+        label, bits = backend.isa_label(isa) if isa else (None, None)
+        vectors = f"{label} ({bits}-bit) loads and stores; " if label else ""
         wait_until_idle()
         config_id = f"stream/{kernel}"
         tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
@@ -251,8 +255,8 @@ def _run_ceilings(
                     ),
                     "cache_state": CacheState.WARM,
                     "threads": top.row["threads"],
-                    "isa": stream_isa,
-                    "vector_bits": stream_bits,
+                    "isa": isa,
+                    "vector_bits": bits,
                     "working_set_min_bytes": min(p.working_set for p in on_plateau),
                     "working_set_max_bytes": max(p.working_set for p in on_plateau),
                     "n_points": len(on_plateau),
@@ -263,17 +267,17 @@ def _run_ceilings(
                 }
             )
 
-    stream_isa = backend.fma_isas()[0]  # the bandwidth kernels run the widest path's vectors
-    stream_label, stream_bits = backend.isa_label(stream_isa)
-    vectors = f"{stream_label} ({stream_bits}-bit) loads and stores; " if stream_label else ""
     fma_round()
-    for kernel in settings.kernels:
+    for kernel, isa, name in stream_sweeps(settings.kernels, backend.fma_isas()):
         bandwidth_sweep(
-            kernel,
+            name,
             sizes,
-            lambda size, kernel=kernel: backend.stream_workload(kernel, size, threads),
+            lambda size, kernel=kernel, isa=isa: backend.stream_workload(
+                kernel, size, threads, isa
+            ),
             level_windows,
             "working sets",
+            isa,
         )
         fma_round()
     if local is not None:

@@ -29,6 +29,17 @@ def fma_paths(dtypes, isas) -> list[FmaPath]:
     ]
 
 
+def stream_sweeps(kernels, isas) -> list[tuple[str, str | None, str]]:
+    """(kernel, isa, name) of each bandwidth sweep: every kernel at the widest path's width, and
+    triad again at each narrower width (`triad_avx2`), since a level's best bandwidth need not
+    come from the widest vectors (seen on a Xeon: L2 triad 6-10 % faster with 256-bit than with
+    512-bit accesses, L1 40 % slower). A level's ceiling is its best kernel, as always."""
+    sweeps = [(kernel, isas[0], kernel) for kernel in kernels]
+    if "triad" in kernels:
+        sweeps += [("triad", isa, f"triad_{isa}") for isa in isas[1:]]
+    return sweeps
+
+
 def beaten_roofs(ceilings: list[dict], backend: str) -> list[str]:
     """Flag each compute roof a library GEMM of the same dtype beats (a fault of the roof: the
     machine does more than it says), in place (`roof_beaten`, `roof_beaten_evidence`), and
