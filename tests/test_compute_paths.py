@@ -79,3 +79,20 @@ def test_a_clean_point_above_its_roof_beats_it_and_a_disturbed_one_does_not():
     assert "2 clean point(s) above fp64_fma (108 GFLOP/s)" in compute
     assert "best fp64/nn/m512 warm at 139.3 GFLOP/s, 1.29x" in compute
     assert "1 clean point(s) above L2 (225 GB/s)" in memory
+
+
+def test_a_cpu_without_a_vector_path_refuses_ceilings_in_one_line(monkeypatch):
+    """On an architecture rooflab builds no path for (ppc64le, riscv64), the ceilings step stops
+    before measuring with the reason, not with a roof below the machine's."""
+    import pytest
+
+    from rooflab.backends import cpu_kernels
+    from rooflab.backends.base import BackendError
+    from rooflab.backends.cpu import CpuBackend
+    from rooflab.backends.cpu_paths import vector_paths
+    from rooflab.experiments.ceiling_plan import QUICK, check_supported
+
+    backend = CpuBackend()
+    monkeypatch.setattr(cpu_kernels, "_host_paths", lambda: vector_paths("ppc64le", {"vsx"}))
+    with pytest.raises(BackendError, match="no CPU ceilings .* architecture 'ppc64le'"):
+        check_supported(backend, QUICK)

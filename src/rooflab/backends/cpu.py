@@ -182,7 +182,11 @@ class CpuBackend(Backend):
     def fma_isas(self) -> tuple[str | None, ...]:
         from rooflab.backends import cpu_kernels
 
-        return tuple(path.isa for path in cpu_kernels.host_paths())
+        paths = cpu_kernels.host_paths()
+        if not paths:  # e.g. ppc64le, riscv64: said, rather than a roof below the machine's
+            unbuilt = "; ".join(cpu_kernels.unbuilt_paths())
+            raise BackendError(f"no CPU ceilings can be measured here: {unbuilt}")
+        return tuple(path.isa for path in paths)
 
     def isa_label(self, isa: str | None) -> tuple[str | None, int | None]:
         from rooflab.backends import cpu_kernels

@@ -193,6 +193,7 @@ def check_supported(backend: Backend, settings: CeilingSettings) -> None:
                 f"backend {backend.name} has no {what} {', '.join(map(repr, missing))}; "
                 f"supported: {', '.join(known)}"
             )
+    backend.fma_isas()  # a CPU with no vector path rooflab builds says so here
     if backend.has_host_link and settings.host_link_buffer_bytes is not None:
         caches = sum(backend.cache_bytes_by_level().values())
         check_buffer(settings.host_link_buffer_bytes, caches)
