@@ -94,5 +94,5 @@ def test_a_cpu_without_a_vector_path_refuses_ceilings_in_one_line(monkeypatch):
 
     backend = CpuBackend()
     monkeypatch.setattr(cpu_kernels, "_host_paths", lambda: vector_paths("ppc64le", {"vsx"}))
-    with pytest.raises(BackendError, match="no CPU ceilings .* architecture 'ppc64le'"):
+    with pytest.raises(BackendError, match=r"no CPU ceilings .* architecture 'ppc64le'"):
         check_supported(backend, QUICK)

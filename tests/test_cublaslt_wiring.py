@@ -34,9 +34,11 @@ from rooflab.backends.cuda import CudaBackend
 from rooflab.backends.fp8 import fp8_bits_to_float32
 from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.experiments.ceiling_plan import QUICK
-from rooflab.experiments.ceilings import _compare_variants, _library_ceilings, run_ceilings
+from rooflab.experiments.ceilings import run_ceilings
 from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.gemm import GemmConfig, check_fits, run_gemm_sweep
+from rooflab.experiments.library_ceilings import _compare_variants
+from rooflab.experiments.library_ceilings import library_ceilings as _library_ceilings
 from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import Progress
 

@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +131,36 @@ def test_two_measuring_commands_started_together_measure_one_after_the_other(loc
         for run in (tmp_path / name).iterdir()
     )
     assert ends[0] <= spans[1]  # the later run started measuring after the earlier one ended
+
+
+def test_the_lock_is_host_wide_whatever_tmpdir_says(monkeypatch):
+    """Two users with different TMPDIRs share one lock (a per-TMPDIR lock let them measure at
+    once); only an explicit ROOFLAB_LOCK_DIR moves it."""
+    monkeypatch.delenv(LOCK_DIR_ENV, raising=False)
+    paths = set()
+    for tmpdir in ("/tmp/alice", "/tmp/bob"):
+        monkeypatch.setenv("TMPDIR", tmpdir)
+        tempfile.tempdir = None  # tempfile caches the first TMPDIR it saw
+        paths.add(lock_path())
+    tempfile.tempdir = None
+    assert paths == {Path("/tmp/rooflab-locks/machine.lock")}
+
+
+def test_waiting_for_the_machine_has_a_limit_and_the_command_says_who_holds_it(lock_dir):
+    other = _holder_process("ceilings", 30)
+    try:
+        env = {**os.environ, "ROOFLAB_LOCK_WAIT_S": "0.5"}
+        env.pop(HELD_ENV, None)
+        result = subprocess.run(
+            [sys.executable, "-m", "rooflab", "measure", "ceilings", "--backend", "cpu",
+             "--quick", "--out", str(lock_dir / "out")],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    finally:
+        other.kill()
+        other.wait()
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rooflab: error: ceilings: the machine was still busy after")
+    assert f"pid {other.pid} (ceilings, since" in last
+    assert not (lock_dir / "out").exists() or not any((lock_dir / "out").iterdir())

@@ -714,6 +714,33 @@ def test_rebuild_gives_the_same_rows_and_a_failed_rebuild_keeps_the_old_store(re
 # -- queries and the CLI --------------------------------------------------------------------------
 
 
+def test_rebuild_derives_every_kept_run_whatever_the_current_config(
+    results, db, tmp_path, monkeypatch
+):
+    """Two campaigns with different sweeps, the second's roofline step (as before the fix) deriving
+    only its own sweep: `rooflab store rebuild` gives back the Roofline points of both."""
+    from rooflab.roofline import build_analysis, write_analysis
+
+    ceilings = ceilings_run(results)
+    table = pq.read_table(ceilings / "ceilings.parquet")  # the sweeps' fp32 GEMMs need a roof
+    fp32 = {**table.to_pylist()[-1], "name": "fp32_fma", "dtype": "fp32", "value": 400e9}
+    pq.write_table(pa.Table.from_pylist([*table.to_pylist(), fp32], table.schema),
+                   ceilings / "ceilings.parquet")  # fmt: skip
+    gemm_run(results, sweep="decode", started_at=T0 + timedelta(hours=1))
+    prefill = gemm_run(results, sweep="prefill", started_at=T0 + timedelta(hours=2))
+    write_analysis(build_analysis([ceilings], [prefill]), results / "roofline")
+    ingest(db, results)
+    sweeps = "SELECT sweep, count(*) AS n FROM roofline_points GROUP BY 1 ORDER BY 1"
+    assert [r["sweep"] for r in rows(db, sweeps)] == ["prefill"]  # what the derived file held
+    monkeypatch.chdir(tmp_path)  # no config/config.yaml here: no stages
+    assert main(["store", "rebuild", "--db", str(db), "--results", str(results)]) == 0
+    after = {r["sweep"]: r["n"] for r in rows(db, sweeps)}
+    assert set(after) == {"decode", "prefill"} and after["decode"] == after["prefill"] > 0
+    # the same rows as the roofline step now derives from every kept run
+    inputs = rows(db, "SELECT kind, count(*) AS n FROM roofline_inputs GROUP BY 1 ORDER BY 1")
+    assert inputs == [{"kind": "ceilings", "n": 1}, {"kind": "gemm", "n": 2}]
+
+
 def test_query_is_read_only_and_a_missing_store_is_explained(results, db):
     with pytest.raises(StoreError, match=r"no store at .*rooflab store rebuild"):
         query(db, "SELECT 1")

@@ -217,3 +217,47 @@ def test_in_a_campaign_a_bad_workload_fails_alone_with_keep_going(tmp_path):
     )
     output = done.stdout + done.stderr
     assert "Error in rule time_workload" in output and "Traceback" not in output
+
+
+HANGS = """
+import time
+from rooflab import Workload
+def spin(params, ctx):
+    calls = []
+    def run():
+        calls.append(1)
+        if len(calls) > 5:  # goes on for ever from its 6th call, inside the timing
+            while True:
+                time.sleep(0.01)
+    return Workload(run=run, flops=8, bytes=8)
+"""
+
+
+def test_a_hung_kernel_is_stopped_naming_its_case_and_frees_the_machine(tmp_path):
+    """A kernel whose run() never returns: the job ends within its one-call limit with one line
+    naming the case, status 124, nothing written, and the machine lock free for the next one."""
+    from rooflab.experiments.machine_lock import LOCK_DIR_ENV, measuring
+
+    (tmp_path / "mykernels.py").write_text(HANGS)
+    config = tmp_path / "hang.yaml"
+    config.write_text(yaml.safe_dump({**FAST, "timing": {**FAST["timing"], "max_call_s": 1}}))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), LOCK_DIR_ENV: str(tmp_path / "locks")}
+    result = subprocess.run(
+        [installed_script("rooflab"), "measure", "workload", "mykernels:spin", "--config",
+         config, "--param", "n=8", "--out", "runs"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 124, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rooflab: workload spin case spin/fp32/n8 warm: ")
+    assert "one call still running after its limit of 1 s" in last
+    assert not any((tmp_path / "runs").glob("*/runs.parquet"))
+    os.environ[LOCK_DIR_ENV], previous = str(tmp_path / "locks"), os.environ.get(LOCK_DIR_ENV)
+    try:
+        with measuring("next", timeout_s=1) as waited:  # free at once
+            assert waited < 1
+    finally:
+        if previous is None:
+            os.environ.pop(LOCK_DIR_ENV)
+        else:
+            os.environ[LOCK_DIR_ENV] = previous

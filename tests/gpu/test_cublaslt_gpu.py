@@ -298,7 +298,7 @@ def test_library_ceilings_of_bf16_fp8_and_int8(lt, cuda):
     from dataclasses import replace
 
     from rooflab.experiments.ceiling_plan import QUICK
-    from rooflab.experiments.ceilings import _library_ceilings
+    from rooflab.experiments.library_ceilings import library_ceilings as _library_ceilings
     from rooflab.progress import Progress
 
     settings = replace(QUICK, blas_n=4096)

@@ -226,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
             default=10.0,
             help="seconds to wait for another process that holds the store (default 10)",
         )
+    rebuild.add_argument(
+        "--config",
+        help="campaign config whose `stages` scenarios the stage bounds are worked out for "
+        "(default: config/config.yaml where it exists)",
+    )
     ingest.set_defaults(handler=cmd_store_ingest)
     rebuild.set_defaults(handler=cmd_store_rebuild)
     prune = store_commands.add_parser(

@@ -83,6 +83,20 @@ def cmd_store_ingest(args) -> None:
 
 
 def cmd_store_rebuild(args) -> None:
+    from pathlib import Path
+
+    from rooflab.config import load_config, validate_config
+    from rooflab.roofline import ROOFLINE_FOLDER, analyse_results, write_analysis
+
+    # The derived rows of every kept run, whatever sweeps the current config names: worked out
+    # again from the run folders (the stage bounds from the config's `stages`), then stored.
+    config_file = args.config or (
+        "config/config.yaml" if Path("config/config.yaml").is_file() else None
+    )
+    config = load_config(config_file) if config_file else validate_config({})
+    results = Path(args.results)
+    analysis = analyse_results(results, stages=config["stages"])
+    write_analysis(analysis, results / ROOFLINE_FOLDER)  # (a bad folder: named by rebuild)
     report = rebuild(args.db, args.results, lock_timeout_s=args.lock_timeout, strict=False)
     print(f"rebuilt from {args.results}: " + _report_line(report))
     _say_set_aside(report)

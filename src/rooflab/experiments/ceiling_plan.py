@@ -180,6 +180,17 @@ def plateaus(
     return windows
 
 
+def narrower_sweep_end(level_windows: dict[str, tuple[int, int]]) -> int:
+    """Where a narrower vector path's bandwidth sweep stops: at the start of the last cache
+    level's plateau. The width of the loads matters in a core's own caches (L1, L2), not behind
+    them (the shared L3 and memory read alike at 256 and 512 bits), and the largest working sets
+    are the sweep's costliest points (allocating and touching gigabytes)."""
+    caches = list(level_windows)[:-1]  # the last window is the memory's
+    if len(caches) < 2:
+        return max(hi for _, hi in level_windows.values())
+    return level_windows[caches[-1]][0]
+
+
 def check_supported(backend: Backend, settings: CeilingSettings) -> None:
     """Refuse, before measuring anything, what this backend cannot measure."""
     for what, asked, known in (

@@ -13,14 +13,12 @@ also measures that link as the level `host` (experiments.host_link_ceilings).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, replace
 from typing import NamedTuple
 
-from rooflab.backends.base import Backend, BackendError, CeilingLoad, LibraryVariant
+from rooflab.backends.base import Backend, CeilingLoad
 from rooflab.backends.cublaslt_args import LT_ONLY_DTYPES
 from rooflab.conditions.disturbance import Verdict, add_gpu_processes, wait_until_idle
-from rooflab.conditions.nvml import clock_flags
 from rooflab.experiments.ceiling_plan import (
     LOCAL_ABOVE,
     LOCAL_MIN_BYTES,
@@ -29,7 +27,7 @@ from rooflab.experiments.ceiling_plan import (
     check_memory,
     check_supported,
     largest_working_set,
-    planned_blas_s,
+    narrower_sweep_end,
     planned_point_s,
     planned_sweep_point_s,
     planned_work,
@@ -39,22 +37,15 @@ from rooflab.experiments.ceiling_plan import (
 )
 from rooflab.experiments.ceiling_windows import Windows, time_workload, window_rule
 from rooflab.experiments.compute_paths import beaten_roofs, fma_paths, stream_sweeps
-from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.host_link_ceilings import measure_host_link
+from rooflab.experiments.library_ceilings import ceiling_flags, library_ceilings
 from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.stopping import Stop, StoppingRule
-from rooflab.experiments.timing import clean, fastest_window_median, measure, sample_rows
-from rooflab.model import work_unit
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
 from rooflab.vocabulary import CacheState
-
-
-def _flags(tables: dict, config_ids: set[str], max_clock_change: float) -> dict:
-    readings = [c for c in tables["conditions"] if c["config_id"] in config_ids]
-    return clock_flags(readings, max_clock_change)
 
 
 class SweepPoint(NamedTuple):
@@ -118,8 +109,13 @@ def _run_ceilings(
         if local is not None
         else []
     )
-    sweeps = len(stream_sweeps(settings.kernels, backend.fma_isas()))
-    working_sets = list(sizes) * sweeps + list(local_sizes)
+    widest = backend.fma_isas()[0]
+    narrow_sizes = [size for size in sizes if size <= narrower_sweep_end(level_windows)]
+    working_sets = [
+        size
+        for _, isa, _ in stream_sweeps(settings.kernels, backend.fma_isas())
+        for size in (sizes if isa == widest else narrow_sizes)
+    ] + list(local_sizes)
     progress.plan(
         planned_work(
             settings, working_sets, backend.rest_before_peak_s, isas=len(backend.fma_isas())
@@ -218,7 +214,7 @@ def _run_ceilings(
                 progress.add([planned_sweep_point_s(settings, size) for size in sizes])
         tables["conditions"].extend(during_rows(run_id, during))
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
-        flags = _flags(tables, {config_id}, settings.max_clock_change)
+        flags = ceiling_flags(tables, {config_id}, settings.max_clock_change)
         # Other GPU users are read over the whole sweep: each point carries what was seen.
         readings = [c for c in tables["conditions"] if c["config_id"] == config_id]
         ordered = sorted(points.values(), key=lambda point: point.working_set)
@@ -271,7 +267,7 @@ def _run_ceilings(
     for kernel, isa, name in stream_sweeps(settings.kernels, backend.fma_isas()):
         bandwidth_sweep(
             name,
-            sizes,
+            sizes if isa == widest else narrow_sizes,
             lambda size, kernel=kernel, isa=isa: backend.stream_workload(
                 kernel, size, threads, isa
             ),
@@ -293,7 +289,7 @@ def _run_ceilings(
 
     for dtype in settings.blas_dtypes:
         tables["ceilings"].extend(
-            _library_ceilings(backend, dtype, settings, run_id, tables, progress)
+            library_ceilings(backend, dtype, settings, run_id, tables, progress)
         )
     fma_round()
 
@@ -327,7 +323,7 @@ def _run_ceilings(
                 **stop.columns(),
                 "n_rounds": rounds,
                 "round_spread": 1 - rates[1] / rates[0] if len(rates) > 1 else None,
-                **_flags(tables, {config_id}, settings.max_clock_change),
+                **ceiling_flags(tables, {config_id}, settings.max_clock_change),
                 **verdict.columns(),
             }
         )
@@ -376,122 +372,6 @@ def _sweep_point(workload: CeilingLoad, windows: Windows, kernel: str, config_id
     return SweepPoint(
         working_set, rate, None, point_id, windows.verdict, row, windows.stop, windows
     )
-
-
-def _library_ceilings(backend, dtype, settings, run_id, tables, progress) -> list[dict]:
-    """A dtype's library GEMM ceilings: a row per call the backend times for it
-    (`library_variants`; on CUDA, bf16 through cuBLAS gemmEx and through cuBLASLt), all named
-    `library_path(dtype)`, the kernel telling the calls apart. As for every name, the roof is the
-    best row; where there are several, each row's method says which is the faster, by how much."""
-    variants = backend.library_variants(dtype)
-    progress.add([planned_blas_s(settings, backend.rest_before_peak_s)] * (len(variants) - 1))
-    rows = [
-        _blas_ceiling(backend, dtype, variant, index, settings, run_id, tables, progress)
-        for index, variant in enumerate(variants)
-    ]
-    if len(rows) > 1:
-        _compare_variants(rows, variants)
-    return rows
-
-
-def _compare_variants(rows: list[dict], variants: tuple[LibraryVariant, ...]) -> None:
-    """Add to each row's method which of the library calls is the faster, and by how much."""
-    best = max(range(len(rows)), key=lambda i: rows[i]["value"])
-    kind = "op_rate" if rows[best]["unit"] == "OP/s" else "flop_rate"
-    for i, row in enumerate(rows):
-        others = [j for j in range(len(rows)) if j != i]
-        beside = ", ".join(
-            f"{variants[j].library} ({format_quantity(rows[j]['value'], kind, 4)})" for j in others
-        )
-        fast, slow = (i, max(others, key=lambda j: rows[j]["value"])) if i == best else (best, i)
-        who = "this" if i == best else variants[best].library
-        by = rows[fast]["value"] / rows[slow]["value"] - 1
-        row["method"] += f"; timed beside {beside}: {who} is the faster, by {by:.1%}, so the roof"
-
-
-def _check_library_gemm(backend, operands, dtype: str, config_id: str) -> None:
-    """Correct before timed, as in the sweeps (experiments.correctness): a wrong result stops."""
-    backend.poison(operands.y)
-    backend.matmul(operands)
-    backend.synchronize()
-    checks, _, _ = check_gemm(
-        operands.x, operands.w, operands.y, operands.layout, dtype,
-        xp=backend.array_module, scales=operands.scales,
-    )  # fmt: skip
-    failed = [f"{c.metric} {c.error:.3g} > {c.tolerance:.3g}" for c in checks if not c.passed]
-    if failed:
-        raise BackendError(f"{config_id}: the library GEMM's result is wrong: {'; '.join(failed)}")
-
-
-def _blas_ceiling(backend, dtype, variant, index, settings, run_id, tables, progress) -> dict:
-    n = settings.blas_n
-    # the first variant keeps the config id of a single library GEMM; the others add their kernel
-    config_id = f"blas/{dtype}/n{n}" + (f"/{variant.kernel}" if index else "")
-    unit = work_unit(dtype)  # OP for int8, else FLOP
-    progress.start(
-        f"library GEMM {dtype} n={n} ({variant.library})",
-        planned_blas_s(settings, backend.rest_before_peak_s),
-    )
-    operands = backend.library_operands(n, dtype, variant)
-    _check_library_gemm(backend, operands, dtype, config_id)
-    wait_until_idle()  # numba's pool may still spin from the kernels before it
-    before = conditions_row(backend, run_id, "before", config_id)
-    timing = replace(
-        settings.blas_timing,
-        disturbance=settings.disturbance,
-        cooldown_s=backend.rest_before_peak_s,
-    )
-    with backend.sampling_conditions(config_id) as during, backend.limited_library_threads():
-        measured = measure(
-            lambda: backend.matmul(operands),
-            backend,
-            timing,
-            CacheState.WARM,
-            progress,
-            label=config_id,
-        )
-        threads = backend.library_threads()
-    readings = [before, *during_rows(run_id, during)]
-    readings.append(conditions_row(backend, run_id, "after", config_id))
-    tables["conditions"].extend(readings)
-    tables["samples"].extend(
-        sample_rows(run_id, config_id, CacheState.WARM, measured.samples, 2 * n**3, unit)
-    )
-    verdict = add_gpu_processes(measured.verdict, readings)
-    # The clean samples in the order they were taken: a window of consecutive clean samples.
-    seconds = [s.seconds for s in clean(measured.samples)]
-    window = min(settings.windows, len(seconds))
-    fastest_s, windows = fastest_window_median(seconds, window)
-    sustained = format_quantity(2 * n**3 / statistics.median(seconds), f"{unit.lower()}_rate", 4)
-    idle = timing.cooldown_s
-    rested = f"sampled after {idle:g} s idle, " if idle else ""
-    best = (
-        f"best of {windows} medians of {window} consecutive"
-        if windows > 1
-        else f"median of the first {window}"
-    )
-    return {
-        "run_id": run_id,
-        "kind": "compute",
-        "name": backend.library_path(dtype),
-        "kernel": variant.kernel,
-        "dtype": dtype,
-        "value": 2 * n**3 / fastest_s,
-        "unit": f"{unit}/s",
-        "method": (
-            f"{variant.description} of {n}x{n}x{n} (layout {variant.layout}, 2n³ {unit}), "
-            f"checked, then {rested}{best} warm samples "
-            f"(the median of all {len(seconds)}, under the clocks they saw: {sustained}; "
-            f"{timing.rule().describe()})"
-        ),
-        "cache_state": CacheState.WARM,
-        "threads": threads,
-        "n_points": 1,
-        "config_id": config_id,
-        **measured.stop.columns(),
-        **_flags(tables, {config_id}, settings.max_clock_change),
-        **verdict.columns(),
-    }
 
 
 def _settings_record(settings: CeilingSettings, threads: int, high: int) -> dict:

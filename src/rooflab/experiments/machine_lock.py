@@ -2,14 +2,17 @@
 
 Every measuring process (ceilings, a sweep's check and timing, a counters run; the Snakemake
 jobs and `rooflab measure` alike) holds an exclusive lock on one file of the host while it
-measures: `rooflab-locks/machine.lock` in the temporary directory (node-local on a cluster, shared
-by every user of the host), or in $ROOFLAB_LOCK_DIR. The host's lock covers its GPUs too: a GPU
-measurement also runs host threads that a CPU measurement would disturb, and the reverse.
+measures: `/tmp/rooflab-locks/machine.lock` (node-local on a cluster, shared by every user of
+the host whatever their TMPDIR says: a per-user TMPDIR would give each user a lock of their
+own), or in $ROOFLAB_LOCK_DIR where a site sets one for all its users. The host's lock covers
+its GPUs too: a GPU measurement also runs host threads that a CPU measurement would disturb, and
+the reverse.
 
 The lock is the kernel's (flock): it goes with the process, so a measurement killed with SIGKILL
 frees it at once, and an orphaned job (its Snakemake parent killed) keeps it until it ends, so a
 rerun waits for it rather than measuring beside it. A waiting process says what it waits for
-(the holder's pid, what it measures, since when). Children of the holder (a profiler's child)
+(the holder's pid, what it measures, since when), and waits at most $ROOFLAB_LOCK_WAIT_S seconds
+(default LOCK_WAIT_S), then stops naming the holder. Children of the holder (a profiler's child)
 measure under the parent's lock.
 """
 
@@ -20,25 +23,40 @@ import fcntl
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rooflab.backends.base import BackendError
+
 LOCK_DIR_ENV = "ROOFLAB_LOCK_DIR"
 HELD_ENV = "ROOFLAB_MEASURING_LOCK_PID"  # set for the holder's children: they are under its lock
 LOCK_NAME = "machine.lock"
+HOST_LOCK_DIR = Path("/tmp/rooflab-locks")  # not tempfile.gettempdir(): TMPDIR is per user
+LOCK_WAIT_ENV = "ROOFLAB_LOCK_WAIT_S"
+LOCK_WAIT_S = 3600.0  # an hour behind another measurement, then say who holds the machine
 
 
-class MachineBusy(RuntimeError):
-    """Another process kept the machine past the time this one would wait."""
+class MachineBusy(BackendError):
+    """Another process kept the machine past the time this one would wait (one line on the
+    command line, like every refusal of a backend)."""
 
 
 def lock_path() -> Path:
-    return Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "rooflab-locks") / (
-        LOCK_NAME
-    )
+    return Path(os.environ.get(LOCK_DIR_ENV) or HOST_LOCK_DIR) / LOCK_NAME
+
+
+def lock_wait_s() -> float:
+    """How long a measurement waits for the machine ($ROOFLAB_LOCK_WAIT_S, else LOCK_WAIT_S)."""
+    text = os.environ.get(LOCK_WAIT_ENV)
+    try:
+        value = float(text) if text else LOCK_WAIT_S
+    except ValueError:
+        raise ValueError(f"{LOCK_WAIT_ENV}={text!r}: not a number of seconds") from None
+    if not value >= 0:
+        raise ValueError(f"{LOCK_WAIT_ENV}={text!r}: must be >= 0 seconds")
+    return value
 
 
 def _open_lock(path: Path) -> int:
@@ -91,8 +109,9 @@ _held_here = 0  # nesting depth of this process's own hold
 
 @contextlib.contextmanager
 def measuring(what: str, *, timeout_s: float | None = None, poll_s: float = 0.5) -> Iterator[float]:
-    """Hold the machine while measuring `what`; yields the seconds waited for it. Waits as long as
-    another process measures (at most `timeout_s`, then MachineBusy), saying so on stderr."""
+    """Hold the machine while measuring `what`; yields the seconds waited for it. Waits while
+    another process measures, saying so on stderr, at most `timeout_s` (default lock_wait_s()),
+    then MachineBusy naming the holder."""
     global _held_here
     if _held_here or _held_by_an_ancestor():
         _held_here += 1
@@ -102,6 +121,7 @@ def measuring(what: str, *, timeout_s: float | None = None, poll_s: float = 0.5)
             _held_here -= 1
         return
     path = lock_path()
+    timeout_s = lock_wait_s() if timeout_s is None else timeout_s
     fd = _open_lock(path)
     started = time.monotonic()
     try:
@@ -120,7 +140,7 @@ def measuring(what: str, *, timeout_s: float | None = None, poll_s: float = 0.5)
                         flush=True,
                     )
                     said = True
-                if timeout_s is not None and waited >= timeout_s:
+                if waited >= timeout_s:
                     raise MachineBusy(
                         f"{what}: the machine was still busy after {waited:.0f} s: "
                         f"{_describe(holder(path))} is measuring on it (lock {path})"

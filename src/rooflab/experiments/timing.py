@@ -26,6 +26,7 @@ from rooflab.conditions.disturbance import (
     probe,
 )
 from rooflab.experiments.stopping import Stop, Stopper, StoppingRule
+from rooflab.experiments.watchdog import beat
 from rooflab.progress import Progress
 from rooflab.vocabulary import CACHE_STATES, CacheState
 
@@ -48,6 +49,9 @@ class TimingSettings:
     # fraction of a second of sustained GEMMs and raises it again at rest, so a peak measured
     # right after a long warm-up is the capped rate, below what short runs (a sweep's) reach.
     cooldown_s: float = 0.0
+    # A user kernel's one call (factory, check, run) past this is a hang: the job stops, naming
+    # the case (experiments.watchdog), and frees the machine.
+    max_call_s: float = 300.0
     disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
 
     @classmethod
@@ -240,6 +244,7 @@ def measure(
     while calls < settings.warmup_min_calls or time.perf_counter() - started < settings.warmup_s:
         call()
         backend.synchronize()
+        beat()  # a call returned: a hung one is stopped by the watchdog's step limit
         calls += 1
 
     if settings.cooldown_s > 0:
@@ -267,6 +272,7 @@ def measure(
                 backend.flush_cache()  # outside the timed region
                 backend.synchronize()
             sample = take_sample(backend, call, disturbance, timer)
+            beat()
             samples.append(sample)
             if not sample.disturbed:
                 clean_seconds.append(sample.seconds)

@@ -19,6 +19,7 @@ from rooflab.experiments.machine_lock import measuring
 from rooflab.experiments.rounds import TimedPoint
 from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings
+from rooflab.experiments.watchdog import beat, step_limit
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
@@ -110,8 +111,11 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
             for case in every_case:
                 if round_index and (case.config_id, cache_states[0]) not in points:
                     continue  # failed its check
-                workload = build_case(factory, case, backend, spec.get("seed", 0))
-                if round_index == 0 and not _check(backend, case, workload, run_id, tables):
+                with step_limit(timing.max_call_s, f"workload {name} case {case.config_id}"):
+                    workload = build_case(factory, case, backend, spec.get("seed", 0))
+                    beat()
+                    passed = round_index or _check(backend, case, workload, run_id, tables)
+                if not passed:
                     progress.drop([planned] * len(cache_states) * timing.rounds)
                     continue  # a wrong result is recorded, never timed
                 executed = workload.executed_flops
@@ -126,9 +130,11 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
                     )
                     rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
                     progress.start(f"{case.config_id} {cache_state}{rounds}", planned)
-                    point.time_round(
-                        backend, workload.run, timing, tables, run_id=run_id, progress=progress
-                    )
+                    what = f"workload {name} case {case.config_id} {cache_state}"
+                    with step_limit(timing.max_call_s, what):
+                        point.time_round(
+                            backend, workload.run, timing, tables, run_id=run_id, progress=progress
+                        )
                 del workload
     for case in every_case:
         for cache_state in cache_states:

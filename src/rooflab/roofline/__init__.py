@@ -10,7 +10,9 @@ from rooflab.roofline.analysis import (
     DERIVED_TABLES,
     ROOFLINE_FOLDER,
     Analysis,
+    analyse_results,
     build_analysis,
+    kept_run_folders,
     write_analysis,
 )
 from rooflab.roofline.points import (
@@ -31,10 +33,12 @@ __all__ = [
     "ROOFLINE_FOLDER",
     "Analysis",
     "RooflinePoints",
+    "analyse_results",
     "build_analysis",
     "build_points",
     "ceiling_values",
     "counter_points",
+    "kept_run_folders",
     "latest_ceilings_by_machine",
     "resident_level",
     "roof_faults",

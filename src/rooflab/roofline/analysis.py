@@ -25,7 +25,7 @@ from rooflab.config import stages_from_config
 from rooflab.devices import DevicePreset, matching_preset
 from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
 from rooflab.model import stage_bounds
-from rooflab.records import DERIVED_TABLES, read_run, to_table
+from rooflab.records import DERIVED_TABLES, find_run_folders, read_run, to_table
 from rooflab.roofline.points import RooflinePoints, build_points, ceiling_values
 
 ROOFLINE_FOLDER = Path("roofline")
@@ -160,6 +160,39 @@ def build_analysis(
             tables["stage_bounds"] += rows
             notes += missing
     return Analysis(points, tables, notes)
+
+
+# A run's kind -> the argument of build_analysis its folder goes to (others derive nothing).
+_ANALYSED_KINDS = {"ceilings": 0, "gemm": 1, "workload": 1, "counters": 2}
+
+
+def kept_run_folders(results_dir: str | Path) -> tuple[list[list[Path]], list[str]]:
+    """Every kept run folder under `results_dir` that derives rows ([ceilings, timings,
+    counters], oldest first), whatever campaign config made it; a note for each folder that
+    cannot be read (the store sets those aside and names them too)."""
+    found: list[list[Path]] = [[], [], []]
+    notes = []
+    for folder in find_run_folders(results_dir):
+        try:
+            tables = read_run(folder.path)
+            (run,) = tables["runs"].to_pylist()
+        except Exception as error:
+            notes.append(f"{folder.path}: not read ({type(error).__name__}: {error})")
+            continue
+        if run.get("kind") in _ANALYSED_KINDS:
+            found[_ANALYSED_KINDS[run["kind"]]].append(folder.path)
+    return found, notes
+
+
+def analyse_results(
+    results_dir: str | Path, *, stages: dict | None = None, devices_file: str | Path | None = None
+) -> Analysis:
+    """build_analysis over every kept run under `results_dir` (kept_run_folders): what the
+    roofline step and `rooflab store rebuild` derive, so that the store holds the derived rows of
+    every kept run, not only of the sweeps in the current config."""
+    (ceilings, timings, counters), unread = kept_run_folders(results_dir)
+    analysis = build_analysis(ceilings, timings, counters, stages=stages, devices_file=devices_file)
+    return Analysis(analysis.points, analysis.tables, analysis.notes + unread)
 
 
 def write_analysis(analysis: Analysis, folder: Path) -> list[Path]:
