@@ -35,7 +35,8 @@ KERNEL = textwrap.dedent(
 
     def nap(params, ctx):
         seconds = float(os.environ["NAP_S"])  # what this run's kernel costs
-        return Workload(run=lambda: time.sleep(seconds), flops=1, bytes=1)
+        flops = int(os.environ.get("NAP_FLOPS", "1"))  # its ledger, as this run's kernel says
+        return Workload(run=lambda: time.sleep(seconds), flops=flops, bytes=1)
     """
 )
 
@@ -80,14 +81,15 @@ def test_what_changed_between_two_runs_is_named():
     assert _changed(run, run, rows[0], rows[0], clocks=([2400], [2410])) == []
 
 
-def _measured_store(folder, naps):
-    """The nap kernel run once per entry of `naps` (its seconds), ingested after each."""
+def _measured_store(folder, naps, flops=None):
+    """The nap kernel run once per entry of `naps` (its seconds; `flops` its ledger, 1 by
+    default), ingested after each."""
     (folder / "naps.py").write_text(KERNEL)
     config = folder / "fast.yaml"
     config.write_text(json.dumps(FAST))
     db = folder / "store.duckdb"
-    for nap in naps:
-        env = {**os.environ, "PYTHONPATH": str(folder), "NAP_S": nap}
+    for nap, ledger in zip(naps, flops or ["1"] * len(naps), strict=True):
+        env = {**os.environ, "PYTHONPATH": str(folder), "NAP_S": nap, "NAP_FLOPS": ledger}
         measured = run_rooflab(
             "measure", "workload", "naps:nap", "--config", config, "--cache-state", "warm",
             "--out", folder / "runs", env=env,
@@ -261,3 +263,16 @@ def test_the_store_judges_a_key_by_its_round_medians(store):
     assert len(medians[first]) == len(medians[second]) == 2
     expected = max(0.05, within_run_effect(medians[first], medians[second]))
     assert pair["effect"] == pytest.approx(expected, rel=1e-6) and pair["provisional"]
+
+
+def test_two_kernels_under_one_name_are_incomparable_and_the_change_is_named(tmp_path):
+    """The same workload name and case, but the second run's kernel declares 1000x the work: not a
+    3943x regression blamed on disturbance, but incomparable, naming the ledger that changed."""
+    store = _measured_store(tmp_path, ("0.002", "0.002"), flops=("1", "1000"))
+    result, (pair,) = _compare(store, "--fail-on", "regression")
+    assert result.returncode == 0, result.stderr
+    assert pair["verdict"] == "incomparable" and pair["ratio"] is None
+    assert (
+        "work entry naps:nap, dtype fp32, 1 FLOP, 1 B → entry naps:nap, dtype fp32, 1000 FLOP"
+        in (pair["conditions_changed"])
+    )

@@ -6,6 +6,18 @@ from rooflab.vocabulary import CacheState
 
 WARM = CacheState.WARM
 
+# What defines a timed point's work, beyond its key: two runs whose work differs are not the same
+# experiment (a workload name given to another kernel, a ledger that changed), and compare calls
+# them incomparable, naming what changed.
+_GEMM_WORK = (
+    "'dtypes ' || concat_ws('/', coalesce(x_dtype, dtype), coalesce(w_dtype, dtype), "
+    "coalesce(y_dtype, dtype)) || ', ' || flops || ' FLOP, ' || bytes_model || ' B'"
+)
+_WORKLOAD_WORK = (
+    "'entry ' || entry || ', dtype ' || dtype || ', ' || flops || ' FLOP, ' || bytes_model "
+    "|| ' B' || coalesce(', executed ' || executed_flops || ' FLOP', '')"
+)
+
 # Every timed point (a GEMM configuration's, a workload case's; a measured stage's or schedule's
 # and a timeline mode's step, whose samples are all warm) and every ceiling, per run:
 # `value` in `unit` (s for a point: the median; B/s or FLOP/s for a ceiling) with its noise band
@@ -13,12 +25,12 @@ WARM = CacheState.WARM
 _MEASURED = f"""
     SELECT 'point' AS kind, run_id, config_id, cache_state, sweep AS name,
            config_id || ' ' || cache_state AS key, median_s AS value, p25_s AS low,
-           p75_s AS high, 's' AS unit, n_samples, coalesce(disturbed, false) AS disturbed
+           p75_s AS high, 's' AS unit, n_samples, coalesce(disturbed, false) AS disturbed, work
     FROM (SELECT run_id, config_id, cache_state, sweep, median_s, p25_s, p75_s, n_samples,
-                 disturbed FROM gemm_points
+                 disturbed, {_GEMM_WORK} AS work FROM gemm_points
           UNION ALL BY NAME
           SELECT run_id, config_id, cache_state, sweep, median_s, p25_s, p75_s, n_samples,
-                 disturbed FROM workload_points)
+                 disturbed, {_WORKLOAD_WORK} AS work FROM workload_points)
     UNION ALL BY NAME
     SELECT 'point' AS kind, run_id, config_id, '{WARM}' AS cache_state, scenario AS name,
            config_id || ' {WARM}' AS key, median_s AS value, p25_s AS low, p75_s AS high,
@@ -51,11 +63,13 @@ COMPARISON_VIEWS_SQL = {
     # `name` (the sweep, workload or ceiling), `value` in `unit` (s: a point's median; B/s or
     # FLOP/s: a ceiling) with its noise band `low`..`high` (p25..p75 of the samples, a ceiling's
     # windows' rates), `n_samples`, `disturbed`, the run's `started_at`, `git_commit` and
-    # `git_dirty`, and `position` (1: the key's oldest run).
+    # `git_dirty`, `work` (what defines a point's work: a workload's entry, dtype and ledger, a
+    # GEMM's dtypes and ledger; null for a ceiling, stage or timeline step), and `position`
+    # (1: the key's oldest run).
     "history": f"""
         SELECT r.machine_id, r.backend, r.host, m.kind, m.key, m.name, m.config_id,
                m.cache_state, m.run_id, r.started_at, r.git_commit, r.git_dirty, m.value,
-               m.low, m.high, m.unit, m.n_samples, m.disturbed,
+               m.low, m.high, m.unit, m.n_samples, m.disturbed, m.work,
                row_number() OVER (
                    PARTITION BY r.machine_id, r.backend, m.kind, m.key
                    ORDER BY r.started_at, m.run_id

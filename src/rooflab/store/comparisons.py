@@ -10,6 +10,7 @@ ingest, while both runs' samples are still there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 
@@ -118,12 +119,12 @@ def _pairs(connection, baseline: str, candidate: str, machine: str | None) -> li
     key's two newest runs; else the run ids, keys present in both)."""
     history = (
         "SELECT machine_id, backend, kind, key, name, config_id, cache_state, run_id, position, "
-        "value, low, high, disturbed, max(position) OVER (PARTITION BY machine_id, backend, kind, "
-        "key) AS newest FROM history" + (" WHERE machine_id = ?" if machine else "")
+        "value, low, high, disturbed, work, max(position) OVER (PARTITION BY machine_id, "
+        "backend, kind, key) AS newest FROM history" + (" WHERE machine_id = ?" if machine else "")
     )
     rows = connection.execute(history, [machine] if machine else []).fetchall()
     names = ("machine_id", "backend", "kind", "key", "name", "config_id", "cache_state")
-    names += ("run_id", "position", "value", "low", "high", "disturbed", "newest")
+    names += ("run_id", "position", "value", "low", "high", "disturbed", "work", "newest")
     by_key: dict[tuple, dict] = {}
     every: dict[tuple, list[dict]] = {}
     for row in map(lambda r: dict(zip(names, r, strict=True)), rows):
@@ -229,6 +230,13 @@ def compare_runs(
         changed = _changed(
             runs[pair["baseline"]], runs[pair["candidate"]], base_row, cand_row, clocks
         )
+        if base_row["work"] != cand_row["work"]:  # not the same experiment: no ratio is a verdict
+            what = f"work {base_row['work']} → {cand_row['work']}"
+            changed.insert(0, what)
+            compared = dataclasses.replace(
+                compared, ratio=None, ci_low=None, ci_high=None, p_value=None,
+                verdict="incomparable", note=f"different work ({what})", provisional=False,
+            )  # fmt: skip
         out.append(
             {
                 "machine_id": pair["machine_id"],
