@@ -66,7 +66,8 @@ def test_the_docs_example_is_checked_and_timed_warm_and_cold(tmp_path):
     import pyarrow.parquet as pq
 
     checks = pq.read_table(run / "correctness.parquet").to_pylist()
-    assert len(checks) == 2 and all(c["passed"] and c["error"] < 1e-6 for c in checks)
+    # each of the 2 cases checked before its timing and again after its last round
+    assert len(checks) == 4 and all(c["passed"] and c["error"] < 1e-6 for c in checks)
     (runs_row,) = pq.read_table(run / "runs.parquet").to_pylist()
     assert (runs_row["kind"], runs_row["sweep"]) == ("workload", "axpb")
 
@@ -261,3 +262,36 @@ def test_a_hung_kernel_is_stopped_naming_its_case_and_frees_the_machine(tmp_path
             os.environ.pop(LOCK_DIR_ENV)
         else:
             os.environ[LOCK_DIR_ENV] = previous
+
+
+DRIFTS = """
+import numpy as np
+from rooflab import Workload
+def drift(params, ctx):
+    x, y = np.ones(256), np.zeros(256)
+    calls = [0]
+    def run():
+        calls[0] += 1
+        y[:] = 2 * x if calls[0] < 5 else 3 * x  # wrong from its 5th call on
+    return Workload(run=run, flops=256, bytes=4096, check=lambda: float(abs(y - 2).max()),
+                    tolerance=1e-12)
+"""
+
+
+def test_a_kernel_that_goes_wrong_while_timed_is_stored_failed_and_left_off_the_roofline(
+    tmp_path, quick_ceilings_run
+):
+    from rooflab.records import read_run
+    from rooflab.roofline import build_analysis
+
+    result = _measure(tmp_path, DRIFTS, "mykernels:drift", "--param", "n=8", "--out", "runs")
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    tables = read_run(run)
+    checks = tables["correctness"].to_pylist()
+    assert [c["passed"] for c in checks] == [True, False]  # before the timing, and after it
+    assert "again after its last timing round" in checks[1]["detail"]
+    assert len(tables["workload_points"]) == 2  # its timing is kept (warm and cold) ...
+    _, ceilings = quick_ceilings_run
+    analysis = build_analysis([ceilings], [run])
+    assert analysis.points.rows == []  # ... but never placed on the Roofline

@@ -142,8 +142,17 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
         machine = ceilings.get(run["machine_id"])
         if machine is None:
             continue
+        # a check that failed after the timing (a workload checked again after its last round)
+        # keeps the timing in the store, never on the Roofline
+        failed = {
+            row["config_id"]
+            for row in (tables["correctness"].to_pylist() if "correctness" in tables else [])
+            if not row["passed"]
+        }
         # a library GEMM's points, or a workload's (your own kernel: no shape, its params)
         for point in timed_rows(tables):
+            if point["config_id"] in failed:
+                continue
             path = point_compute_path(run.get("backend"), point)
             level = resident_level(
                 point["bytes_model"],
