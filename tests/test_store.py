@@ -794,3 +794,17 @@ def test_installed_console_script_runs_a_query(results, db):
     result = run_rooflab("query", "SELECT 1 AS one", "--db", str(db), cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["one", "1"]
+
+
+def test_every_timed_point_without_a_roofline_point_is_named_with_why(results):
+    from rooflab.roofline import build_points
+
+    beta = ceilings_run(results, machine_id="m-beta")  # fp64 only: no roof for fp32 GEMMs
+    alpha_gemm = gemm_run(results, machine_id="m-alpha", started_at=T0 + timedelta(hours=1))
+    beta_gemm = gemm_run(results, machine_id="m-beta", started_at=T0 + timedelta(hours=2))
+    points = build_points([beta], [alpha_gemm, beta_gemm])
+    assert points.model == []
+    timed = pq.read_table(alpha_gemm / "gemm_points.parquet").num_rows
+    assert len(points.dropped) == 2 * timed
+    assert all("no ceilings run of its machine m-alpha" in d for d in points.dropped[:timed])
+    assert all(d.endswith(": no fp32_fma compute ceiling measured") for d in points.dropped[timed:])

@@ -295,3 +295,22 @@ def test_a_kernel_that_goes_wrong_while_timed_is_stored_failed_and_left_off_the_
     _, ceilings = quick_ceilings_run
     analysis = build_analysis([ceilings], [run])
     assert analysis.points.rows == []  # ... but never placed on the Roofline
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [([256, "256"], "values 256 and '256' name the same case (n256)"),
+     ([False, True, False], "values False and False name the same case (nFalse)")],
+)  # fmt: skip
+def test_param_values_that_name_one_case_are_refused(values, says):
+    with pytest.raises(WorkloadError, match=re.escape(says)):
+        cases("w", {"n": values}, ["fp32"])
+
+
+def test_colliding_params_on_the_command_line_are_one_error_and_nothing_measured(tmp_path):
+    result = _measure(
+        tmp_path, _docs_example(), "mykernels:axpb", "--param", "n=4096,no,false", "--out", "runs"
+    )
+    assert result.returncode == 2, result.stderr
+    assert "params.n: values False and False name the same case (nFalse)" in result.stderr
+    assert not any((tmp_path / "runs").glob("*/runs.parquet"))

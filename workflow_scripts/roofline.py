@@ -23,6 +23,10 @@ for note in analysis.notes:
     log.info("note: %s", note)
 for fault in roof_faults(analysis.points.model):
     log.warning(fault)
+if analysis.points.dropped:
+    log.warning("%d timed point(s) have no Roofline point:", len(analysis.points.dropped))
+    for why in analysis.points.dropped:
+        log.warning("  %s", why)
 write_analysis(analysis, folder)
 points, inputs = analysis.points, analysis.tables["roofline_inputs"]
 log.info(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -132,15 +132,24 @@ def point_compute_path(backend: str | None, point: dict) -> str | None:
     return compute_path(backend, point["dtype"])
 
 
-def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list[dict]:
+def roofline_points(
+    gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict], dropped: list[str] | None = None
+) -> list[dict]:
     """Each timed point (a GEMM configuration, or a workload case) of these runs against the
-    latest ceilings of its own machine, in its cache state; none without them."""
+    latest ceilings of its own machine, in its cache state; none without them. Each timed point
+    that gets no Roofline point is named in `dropped`, with why."""
     points = []
+    dropped = [] if dropped is None else dropped
     for run_dir in gemm_run_dirs:
         tables = read_run(run_dir)
         (run,) = tables["runs"].to_pylist()
         machine = ceilings.get(run["machine_id"])
         if machine is None:
+            dropped += [
+                f"{p['config_id']} {p['cache_state']} (run {run['run_id']}): no ceilings run of "
+                f"its machine {run['machine_id']}"
+                for p in timed_rows(tables)
+            ]
             continue
         # a check that failed after the timing (a workload checked again after its last round)
         # keeps the timing in the store, never on the Roofline
@@ -151,7 +160,9 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
         }
         # a library GEMM's points, or a workload's (your own kernel: no shape, its params)
         for point in timed_rows(tables):
+            said = f"{point['config_id']} {point['cache_state']} (run {point['run_id']})"
             if point["config_id"] in failed:
+                dropped.append(f"{said}: failed its check after its timing")
                 continue
             path = point_compute_path(run.get("backend"), point)
             level = resident_level(
@@ -160,11 +171,20 @@ def roofline_points(gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict]) ->
                 point["cache_state"],
                 machine.get("memory_level", MEMORY_LEVEL),
             )
-            if path not in machine["peak"] or level not in machine["bandwidth"]:
+            if path not in machine["peak"]:
+                dropped.append(f"{said}: no {path or point['dtype']} compute ceiling measured")
+                continue
+            if level not in machine["bandwidth"]:
+                dropped.append(
+                    f"{said}: its {point['bytes_model']} B sit in {level}, which has no bandwidth "
+                    "ceiling (the ceilings sweep did not reach it: ceilings.max_working_set)"
+                )
                 continue
             unit = point_work_unit(point)
             if machine.get("peak_unit", {}).get(path, "FLOP/s") != f"{unit}/s":
-                continue  # an OP count is never put under a FLOP/s roof, nor FLOP under OP/s
+                # an OP count is never put under a FLOP/s roof, nor FLOP under OP/s
+                dropped.append(f"{said}: work in {unit}, its roof {path} is not in {unit}/s")
+                continue
             b = bound(
                 point["flops"],
                 point["bytes_model"],
@@ -382,6 +402,7 @@ class RooflinePoints:
     counted: list[dict]
     notes: list[str]  # one per counter replay that gave no point, and why
     n_machines: int  # machines with ceilings among the runs
+    dropped: list[str] = field(default_factory=list)  # a timed point with no point, and why
 
     @property
     def rows(self) -> list[dict]:
@@ -400,4 +421,6 @@ def build_points(
     gemm_runs = list(gemm_runs)
     ceilings = latest_ceilings_by_machine(ceilings_runs)
     counted, notes = counter_points(counters_runs, gemm_runs, ceilings)
-    return RooflinePoints(roofline_points(gemm_runs, ceilings), counted, notes, len(ceilings))
+    dropped: list[str] = []
+    model = roofline_points(gemm_runs, ceilings, dropped)
+    return RooflinePoints(model, counted, notes, len(ceilings), dropped)

@@ -138,8 +138,22 @@ class Case:
 
 
 def cases(name: str, params: Mapping[str, list], dtypes: list[str]) -> list[Case]:
-    """Every combination of the params' lists, per dtype, in a stable order."""
+    """Every combination of the params' lists, per dtype, in a stable order. Values that name the
+    same case (`n: [256, "256"]`; YAML's `false` and `no`) are refused: their samples would be
+    pooled into one point and their rows stored twice."""
     keys = sorted(params)
+    for key in keys:
+        seen: dict[str, object] = {}
+        for value in params[key]:
+            shown = f"{key}{value}"  # as in Case.params_id
+            if shown in seen:
+                raise WorkloadError(
+                    f"{name}: params.{key}: values {seen[shown]!r} and {value!r} name the same "
+                    f"case ({shown}); give each value once"
+                )
+            seen[shown] = value
+    if len(set(dtypes)) != len(dtypes):
+        raise WorkloadError(f"{name}: dtypes {list(dtypes)} name a dtype twice")
     return [
         Case(name, dtype, dict(zip(keys, values, strict=True)))
         for dtype in dtypes
