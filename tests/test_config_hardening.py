@@ -186,3 +186,42 @@ def test_the_schema_lists_the_known_ceiling_names():
 
     text = config_file("schema.yaml").read_text(encoding="utf-8")
     assert all(name in text for name in (*COMPUTE_PATHS, *MEMORY_LEVEL_NAMES))
+
+
+LAUGHS = (
+    "a: &a ["
+    + ",".join(['"lol"'] * 9)
+    + "]\n"
+    + "".join(
+        f"{b}: &{b} [" + ",".join([f"*{a}"] * 9) + "]\n" for a, b in zip("abcdefgh", "bcdefghi")
+    )
+)  # 1 KB that expands to 9^9 strings
+
+
+def test_a_billion_laughs_file_is_refused_in_one_line_before_it_expands(tmp_path):
+    import subprocess
+    import sys
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(LAUGHS)
+    assert len(LAUGHS) < 1100
+    result = subprocess.run(
+        [sys.executable, "-m", "rooflab", "model", "stages", str(bomb)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"rooflab: error: {bomb}: its aliases expand it past 1000000 nodes")
+    assert len(line) < 300 and not result.stdout
+
+
+def test_a_config_file_too_large_to_be_a_config_is_refused(tmp_path):
+    from rooflab.config import MAX_YAML_BYTES, ConfigError, load_yaml
+
+    big = tmp_path / "big.yaml"
+    big.write_text("m: [" + "1," * (MAX_YAML_BYTES // 2) + "1]\n")
+    with pytest.raises(ConfigError, match=r"big\.yaml: \d+ bytes, over the 16777216"):
+        load_yaml(big)
+    small = tmp_path / "anchors.yaml"  # aliases within the bound still load as before
+    small.write_text("base: &b {warmup_s: 0.1}\ntiming: *b\n")
+    assert load_yaml(small) == {"base": {"warmup_s": 0.1}, "timing": {"warmup_s": 0.1}}

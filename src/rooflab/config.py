@@ -84,6 +84,46 @@ def config_file(name: str) -> Path:
     raise ConfigError(f"config/{name} not found in {REPO_CONFIG_DIR} or {PACKAGED_CONFIG_DIR}")
 
 
+MAX_YAML_BYTES = 16 << 20  # a campaign config or stages file is kilobytes; 16 MiB is no config
+MAX_YAML_NODES = 1_000_000  # nodes a file may hold once its aliases are expanded
+
+
+def _check_expansion(text: str, path: Path) -> None:
+    """Refuse a file whose aliases expand it past MAX_YAML_NODES nodes (a "billion laughs"
+    file of 1 KB expands to 10^9), counted from the parser's events before anything is built."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where present
+    sizes: dict[str, int] = {}  # anchor -> nodes of its expanded subtree
+    frames: list[list] = [[None, 0]]  # [anchor, nodes so far] of each open collection
+    total = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.AliasEvent):
+            nodes = sizes.get(event.anchor, 1)
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes = 1
+        elif isinstance(event, yaml.CollectionStartEvent):
+            frames.append([event.anchor, 1])
+            continue
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, nodes = frames.pop()
+            if anchor:
+                sizes[anchor] = nodes
+            frames[-1][1] += nodes
+            continue
+        else:
+            continue
+        if getattr(event, "anchor", None) and not isinstance(event, yaml.AliasEvent):
+            sizes[event.anchor] = nodes
+        frames[-1][1] += nodes
+        total = frames[0][1] + sum(frame[1] for frame in frames[1:])
+        if total > MAX_YAML_NODES:
+            raise ConfigError(
+                f"{path}: its aliases expand it past {MAX_YAML_NODES} nodes (alias "
+                f"*{event.anchor} at line {event.start_mark.line + 1}); write the values out"
+                if isinstance(event, yaml.AliasEvent)
+                else f"{path}: more than {MAX_YAML_NODES} nodes"
+            )
+
+
 def load_yaml(path: str | Path) -> object:
     path = Path(path)
     try:
@@ -96,7 +136,12 @@ def load_yaml(path: str | Path) -> object:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})"
         ) from None
+    if len(data) > MAX_YAML_BYTES:
+        raise ConfigError(
+            f"{path}: {len(data)} bytes, over the {MAX_YAML_BYTES} a config or stages file may have"
+        )
     try:
+        _check_expansion(text, path)
         return yaml.safe_load(text)
     except yaml.reader.ReaderError as error:  # valid UTF-8, but control characters
         raise ConfigError(
