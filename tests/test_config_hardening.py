@@ -193,7 +193,8 @@ LAUGHS = (
     + ",".join(['"lol"'] * 9)
     + "]\n"
     + "".join(
-        f"{b}: &{b} [" + ",".join([f"*{a}"] * 9) + "]\n" for a, b in zip("abcdefgh", "bcdefghi")
+        f"{b}: &{b} [" + ",".join([f"*{a}"] * 9) + "]\n"
+        for a, b in zip("abcdefgh", "bcdefghi", strict=True)
     )
 )  # 1 KB that expands to 9^9 strings
 
