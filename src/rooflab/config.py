@@ -150,6 +150,8 @@ def load_yaml(path: str | Path) -> object:
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as error:
+        if "maximum nesting depth" in str(getattr(error, "problem", error)):  # libyaml's limit
+            raise ConfigError(f"{path}: nested too deeply to read") from None
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(
