@@ -105,7 +105,7 @@ BIG = "SELECT range AS i, range * 1e-6 AS t_s FROM range(300000)"
 
 def test_a_reader_that_stops_early_ends_the_command_quietly(store):
     reader = subprocess.Popen(
-        [installed_script("rooflab"), "query", BIG, "--db", str(store)],
+        [installed_script("rooflab"), "query", BIG, "--db", str(store), "--limit", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -114,7 +114,9 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(store):
     reader.stdout.close()  # as `head` does
     assert reader.wait(timeout=60) == 141  # 128 + SIGPIPE, as the shell reports a stopped writer
     assert reader.stderr.read() == ""
-    pipeline = f'"$0" query "{BIG}" --db "$1" | head -n 3; echo "status ${{PIPESTATUS[0]}}"'
+    pipeline = (
+        f'"$0" query "{BIG}" --db "$1" --limit 0 | head -n 3; echo "status ${{PIPESTATUS[0]}}"'
+    )
     shell = subprocess.run(
         ["bash", "-c", pipeline, installed_script("rooflab"), str(store)],
         capture_output=True,
@@ -554,4 +556,23 @@ def test_model_measured_without_ceilings_or_store_is_one_line(tmp_path):
     one_line_error(
         run_rooflab(*GEMM, "--dtype", "fp32", "--measured", "--db", tmp_path / "none.duckdb"),
         "no store at",
+    )
+
+
+def test_query_caps_its_rows_and_its_time_and_says_so(store, capsys):
+    from rooflab.cli import main
+
+    big = "SELECT i FROM range(25000) t(i)"
+    assert main(["query", big, "--db", str(store), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == 10_000  # the default --limit, and stdout stays valid JSON
+    assert "the first 10000 rows; the query has more (--limit N, 0 for all)" in err
+    assert main(["query", big, "--db", str(store), "--format", "json", "--limit", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == 25_000 and not err
+    slow = "SELECT count(*) FROM range(100000) a, range(100000) b, range(100000) c"
+    assert main(["query", slow, "--db", str(store), "--timeout", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.strip() == "rooflab: error: query stopped after 0.5 s (--timeout); nothing was changed"
     )

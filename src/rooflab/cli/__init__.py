@@ -63,6 +63,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expects an integer >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="rooflab", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rooflab {__version__}")
@@ -247,6 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     query = commands.add_parser("query", help="run SQL on the store (read-only)")
     query.add_argument("sql", help='e.g. "SELECT * FROM latest_ceilings"')
+    query.add_argument(
+        "--limit",
+        type=non_negative_int,
+        default=10_000,
+        help="print at most N rows, saying so when there are more (default 10000; 0: all)",
+    )
+    query.add_argument(
+        "--timeout", type=non_negative_seconds, default=60.0,
+        help="stop a query that runs longer (default 60 s; 0: no limit)",
+    )  # fmt: skip
     sql = commands.add_parser(
         "sql", help="SQL on the store, statements ending in ';' from a terminal or a pipe"
     )

@@ -11,7 +11,7 @@ import uuid
 
 from rooflab.cli.machines import Machine, listed, matching
 from rooflab.cli.output import print_rows
-from rooflab.store import StoreError, ingest, query, rebuild
+from rooflab.store import StoreError, ingest, query, query_capped, rebuild
 
 
 def _plain(value):
@@ -103,7 +103,15 @@ def cmd_store_rebuild(args) -> None:
 
 
 def cmd_query(args) -> None:
-    print_result(query_rows(args.db, args.sql), args.format)
+    table, more = query_capped(
+        args.db, args.sql, limit=args.limit or None, timeout_s=args.timeout or None
+    )
+    print_result([{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()], args.format)
+    if more:  # said on stderr: stdout stays the rows, in the format asked for
+        print(
+            f"rooflab: the first {args.limit} rows; the query has more (--limit N, 0 for all)",
+            file=sys.stderr,
+        )
 
 
 def _runs_filter(args) -> tuple[str, list]:

@@ -14,6 +14,7 @@ from rooflab.store.connection import (
     StoreLocked,
     connect_read_only,
     query,
+    query_capped,
     read_view,
     split_statements,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "connect_read_only",
     "ingest",
     "query",
+    "query_capped",
     "read_view",
     "rebuild",
     "split_statements",

@@ -156,21 +156,56 @@ def query(
 
     The store only: SQL that would read or write another file, change the store or change a
     setting raises QueryRefused, and nothing of it happens."""
+    result, _ = _run_query(db_path, sql, params, lock_timeout_s)
+    return result.to_pandas() if as_pandas else result
+
+
+def query_capped(
+    db_path: str | Path,
+    sql: str,
+    *,
+    limit: int | None,
+    timeout_s: float | None,
+    lock_timeout_s: float = 10.0,
+) -> tuple[pa.Table, bool]:
+    """query() for a person at a terminal: at most `limit` rows (None: all), and whether more
+    exist; stopped after `timeout_s` seconds (None: never) with QueryError saying so."""
+    return _run_query(db_path, sql, None, lock_timeout_s, limit, timeout_s)
+
+
+def _run_query(db_path, sql, params, lock_timeout_s, limit=None, timeout_s=None):
+    import threading
+
     import duckdb
     import pyarrow as pa
 
     connection = connect_read_only(db_path, lock_timeout_s=lock_timeout_s)
+    timer = threading.Timer(timeout_s, connection.interrupt) if timeout_s else None
     try:
+        if timer:
+            timer.start()
         relation = connection.sql(sql, params=params)
-        result = relation.to_arrow_table() if relation is not None else pa.table({})
+        if relation is None:
+            return pa.table({}), False
+        if limit is not None:
+            relation = relation.limit(limit + 1)  # one more: whether rows were left out
+        result = relation.to_arrow_table()
+    except duckdb.InterruptException:
+        raise QueryError(
+            f"query stopped after {timeout_s:g} s (--timeout); nothing was changed"
+        ) from None
     except duckdb.Error as error:
         refused = _refusal(error)
         if refused:
             raise QueryRefused(f"query refused: {refused}") from None
         raise QueryError(f"query failed: {_one_line(error)}") from None
     finally:
+        if timer:
+            timer.cancel()
         connection.close()
-    return result.to_pandas() if as_pandas else result
+    if limit is not None and result.num_rows > limit:
+        return result.slice(0, limit), True
+    return result, False
 
 
 def split_statements(sql: str) -> list[str]:
