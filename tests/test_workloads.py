@@ -314,3 +314,23 @@ def test_colliding_params_on_the_command_line_are_one_error_and_nothing_measured
     assert result.returncode == 2, result.stderr
     assert "params.n: values False and False name the same case (nFalse)" in result.stderr
     assert not any((tmp_path / "runs").glob("*/runs.parquet"))
+
+
+PRINTS = """
+import os
+from rooflab import Workload
+def chatty(params, ctx):
+    print("hello from the factory")
+    def run():
+        print("hello from run")
+        os.write(1, b"and from C's stdout\\n")
+    return Workload(run=run, flops=8, bytes=8)
+"""
+
+
+def test_a_kernel_that_prints_cannot_corrupt_the_json_on_stdout(tmp_path):
+    result = _measure(tmp_path, PRINTS, "mykernels:chatty", "--param", "n=8", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)  # nothing but the rows
+    assert {row["config_id"] for row in rows} == {"chatty/fp32/n8"}
+    assert "hello from run" in result.stderr and "and from C's stdout" in result.stderr

@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from rooflab.cli.output import UsageError, print_rows
+from rooflab.cli.output import UsageError, print_rows, stdout_to_stderr
 from rooflab.vocabulary import CACHE_STATES
 
 
@@ -43,7 +43,8 @@ def cmd_measure_workload(args) -> None:
     }
     backend = select_backend(args.backend or config["backend"])
     timing = TimingSettings.from_config(config["timing"], config["disturbance"])
-    tables = run_workload(backend, name, spec, timing)
+    with stdout_to_stderr():  # the kernel's own prints cannot corrupt --format json
+        tables = run_workload(backend, name, spec, timing)
     if args.out:
         run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
         print(f"rooflab: wrote {run_dir}", file=sys.stderr)

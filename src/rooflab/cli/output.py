@@ -4,10 +4,13 @@ errors."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
+import os
 import sys
+from collections.abc import Iterator
 
 from rooflab.backends.base import BackendError
 from rooflab.config import ConfigError
@@ -141,3 +144,19 @@ def print_rows(rows: list[dict], fmt: str, out=None) -> None:
     for i in range(len(rows)):
         line = "  ".join(cells[i].rjust(w) for (_, cells), w in zip(formatted, widths, strict=True))
         out.write(line.rstrip() + "\n")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While a user's kernel runs, whatever it prints (Python's print and C's printf alike: file
+    descriptor 1) goes to stderr, so the command's own output on stdout (its JSON, CSV) stays
+    whole."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
