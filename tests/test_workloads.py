@@ -334,3 +334,15 @@ def test_a_kernel_that_prints_cannot_corrupt_the_json_on_stdout(tmp_path):
     rows = json.loads(result.stdout)  # nothing but the rows
     assert {row["config_id"] for row in rows} == {"chatty/fp32/n8"}
     assert "hello from run" in result.stderr and "and from C's stdout" in result.stderr
+
+
+@pytest.mark.parametrize("call", ["os._exit(0)", "sys.exit(0)"])
+def test_a_kernel_that_exits_cannot_make_the_command_succeed(call, tmp_path):
+    module = (
+        "import os, sys\nfrom rooflab import Workload\n"
+        f"def quits(params, ctx):\n    return Workload(run=lambda: {call}, flops=8, bytes=8)\n"
+    )
+    result = _measure(tmp_path, module, "mykernels:quits", "--param", "n=8", "--out", "runs")
+    assert result.returncode == 2, result.stderr
+    assert f"workload quits: the kernel called {call}; nothing kept" in result.stderr
+    assert not any((tmp_path / "runs").glob("*/runs.parquet"))

@@ -3,6 +3,8 @@ checked and timed per case and cache state, without Snakemake (docs/workloads.md
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 import yaml
@@ -24,6 +26,26 @@ def parse_params(items: list[str]) -> dict[str, list]:
     return params
 
 
+@contextlib.contextmanager
+def _kernel_cannot_exit(name: str):
+    """A kernel that calls sys.exit() or os._exit() would end the command with its status (0: a
+    success with nothing measured); while it runs, both are one error naming the workload."""
+    from rooflab.workloads import WorkloadError
+
+    def refuse(status=0):
+        raise WorkloadError(f"workload {name}: the kernel called os._exit({status}); nothing kept")
+
+    real_exit, os._exit = os._exit, refuse
+    try:
+        yield
+    except SystemExit as exit_:
+        raise WorkloadError(
+            f"workload {name}: the kernel called sys.exit({exit_.code!r}); nothing kept"
+        ) from None
+    finally:
+        os._exit = real_exit
+
+
 def cmd_measure_workload(args) -> None:
     from rooflab.backends.selection import select_backend
     from rooflab.config import load_config, validate_config
@@ -43,7 +65,7 @@ def cmd_measure_workload(args) -> None:
     }
     backend = select_backend(args.backend or config["backend"])
     timing = TimingSettings.from_config(config["timing"], config["disturbance"])
-    with stdout_to_stderr():  # the kernel's own prints cannot corrupt --format json
+    with stdout_to_stderr(), _kernel_cannot_exit(name):  # nor its prints corrupt the JSON
         tables = run_workload(backend, name, spec, timing)
     if args.out:
         run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
