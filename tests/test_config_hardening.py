@@ -226,3 +226,17 @@ def test_a_config_file_too_large_to_be_a_config_is_refused(tmp_path):
     small = tmp_path / "anchors.yaml"  # aliases within the bound still load as before
     small.write_text("base: &b {warmup_s: 0.1}\ntiming: *b\n")
     assert load_yaml(small) == {"base": {"warmup_s": 0.1}, "timing": {"warmup_s": 0.1}}
+
+
+def test_a_gemm_size_written_as_a_decimal_names_its_file_and_key(tmp_path):
+    from rooflab.config import ConfigError, load_config
+
+    config = tmp_path / "m4.yaml"
+    config.write_text(
+        "sweeps:\n  s:\n    m: [1, 4.0]\n    n: [64]\n    k: [64]\n    dtypes: [fp32]\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert str(caught.value) == (
+        f"{config}: sweeps.s.m[1]: must be a whole number written without a decimal point, got 4.0"
+    )

@@ -234,6 +234,19 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _check_shapes(config: dict, source: str) -> None:
+    """GEMM sizes are whole numbers as written: JSON Schema counts 4.0 as an integer, and a
+    float reaching the ledgers would stop the campaign with a traceback naming no key."""
+    for name, sweep in config["sweeps"].items():
+        for key in ("m", "n", "k"):
+            for index, value in enumerate(sweep.get(key) or []):
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ConfigError(
+                        f"{source}: sweeps.{name}.{key}[{index}]: must be a whole number "
+                        f"written without a decimal point, got {value!r}"
+                    )
+
+
 def _check_ranges(config: dict, source: str) -> None:
     """What the schema cannot say: a range whose ends are two keys, and the CPUs there are."""
     timing = config["timing"]
@@ -345,6 +358,7 @@ def validate_config(config: dict, source: str = "config") -> dict:
         raise ConfigError(f"{source}: expected a mapping of keys, got {type(config).__name__}")
     _check(_schema(), config, source)
     _check_ranges(config, source)
+    _check_shapes(config, source)
     _check_lt_dtypes(config, source)
     for name, scenario in config["stages"].items():
         _check_scenario(scenario, source, f"stages.{name}")
