@@ -165,3 +165,18 @@ def test_each_path_compiles_to_its_width_and_fma_count(path):
             stacklevel=1,
         )
     check_path(path, host=on_host)
+
+
+def test_a_runner_keeps_its_arrays_alive():
+    """The runner holds raw pointers into the arrays: it must keep them, or a timed call reads
+    freed memory (a segmentation fault seen when only the pointers were kept)."""
+    import gc
+    import weakref
+
+    arrays = cpu_kernels.allocate_stream("triad", 96 * 1024, threads=2)
+    base = weakref.ref(arrays[0].base)
+    run = cpu_kernels.stream_runner("triad", arrays, threads=2)
+    del arrays
+    gc.collect()
+    assert base() is not None
+    assert np.isfinite(run(2))

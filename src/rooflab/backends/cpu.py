@@ -165,7 +165,7 @@ class CpuBackend(Backend):
         arrays = cpu_kernels.allocate_stream(kernel, working_set_bytes, threads)
         elements = sum(a.size for a in arrays) // cpu_kernels.STREAM_KERNELS[kernel]
         return CeilingLoad(
-            run=lambda reps: cpu_kernels.run_stream(kernel, arrays, reps, threads, isa),
+            run=cpu_kernels.stream_runner(kernel, arrays, threads, isa),
             amount_per_unit=elements * cpu_kernels.STREAM_BYTES_PER_ELEMENT[kernel],
             unit="B",
         )
@@ -174,7 +174,7 @@ class CpuBackend(Backend):
         from rooflab.backends import cpu_kernels
 
         return CeilingLoad(
-            run=lambda iters: cpu_kernels.run_fma(dtype, iters, threads, isa),
+            run=cpu_kernels.fma_runner(dtype, threads, isa),
             amount_per_unit=cpu_kernels.fma_flops(dtype, 1, threads, isa),
             unit="FLOP",
         )

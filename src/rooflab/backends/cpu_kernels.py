@@ -38,12 +38,14 @@ __all__ = [
     "STREAM_KERNELS",
     "allocate_stream",
     "fma_flops",
+    "fma_runner",
     "host_paths",
     "run_fma",
     "run_fma_alone",
     "run_stream",
     "run_stream_alone",
     "stream_elements",
+    "stream_runner",
     "warm_up",
 ]
 
@@ -208,22 +210,35 @@ def _chunks(kernel: str, arrays: tuple[np.ndarray, ...], threads: int, path: Vec
     return [[a.ctypes.data + 8 * t * m for a in arrays] for t in range(threads)], m
 
 
-def run_stream(
-    kernel: str, arrays: tuple[np.ndarray, ...], reps: int, threads: int, isa: str | None = None
-) -> float:
-    """One call: each of `threads` threads makes `reps` passes over its chunk, at the width of
-    path `isa` (default: the widest).
+def stream_runner(
+    kernel: str, arrays: tuple[np.ndarray, ...], threads: int, isa: str | None = None
+) -> Callable[[int], float]:
+    """`run(reps)`: one call in which each of `threads` threads makes `reps` passes over its
+    chunk, at the width of path `isa` (default: the widest). Checked and bound here, once, so
+    that a timed call does nothing but run the kernel.
 
     Bytes moved = reps * elements * STREAM_BYTES_PER_ELEMENT[kernel]. Returns a checksum (keep it
     or not: it exists so that no pass is dead code).
     """
     _check_threads(threads)
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
     path = _path(isa)
     chunks, m = _chunks(kernel, arrays, threads, path)
-    function = cpu_ir.compiled(path).stream[kernel]
-    return float(sum(_team(threads).run(lambda t: function(*chunks[t], m, int(reps)))))
+    function, team = cpu_ir.compiled(path).stream[kernel], _team(threads)
+
+    def run(reps: int, arrays=arrays) -> float:  # the arrays live as long as their pointers
+        if reps < 1:
+            raise ValueError(f"reps must be >= 1, got {reps}")
+        reps = int(reps)
+        return float(sum(team.run(lambda t: function(*chunks[t], m, reps))))
+
+    return run
+
+
+def run_stream(
+    kernel: str, arrays: tuple[np.ndarray, ...], reps: int, threads: int, isa: str | None = None
+) -> float:
+    """One call of stream_runner(kernel, arrays, threads, isa)."""
+    return stream_runner(kernel, arrays, threads, isa)(reps)
 
 
 # -- FMA kernels -------------------------------------------------------------------------------
@@ -236,17 +251,28 @@ def fma_flops(dtype: str, iters: int, threads: int, isa: str | None = None) -> i
     return cpu_ir.fma_flops_per_iteration(_path(isa), dtype) * iters * threads
 
 
-def run_fma(dtype: str, iters: int, threads: int, isa: str | None = None) -> float:
-    """One call: each of `threads` threads runs `iters` iterations of its FMA chains on path
-    `isa` (default: the widest). Returns the sum of the accumulators (finite)."""
+def fma_runner(dtype: str, threads: int, isa: str | None = None) -> Callable[[int], float]:
+    """`run(iters)`: one call in which each of `threads` threads runs `iters` iterations of its
+    FMA chains on path `isa` (default: the widest), checked and bound once. Returns the sum of
+    the accumulators (finite)."""
     if dtype not in FMA_DTYPES:
         raise ValueError(f"unknown FMA dtype {dtype!r}; known: {', '.join(FMA_DTYPES)}")
-    if iters < 0:
-        raise ValueError(f"iters must be >= 0, got {iters}")
     _check_threads(threads)
-    function = cpu_ir.compiled(_path(isa)).fma[dtype]
-    x, y, iters = cpu_ir.FMA_X[dtype], cpu_ir.FMA_Y[dtype], int(iters)
-    return float(sum(_team(threads).run(lambda t: function(iters, x, y))))
+    function, team = cpu_ir.compiled(_path(isa)).fma[dtype], _team(threads)
+    x, y = cpu_ir.FMA_X[dtype], cpu_ir.FMA_Y[dtype]
+
+    def run(iters: int) -> float:
+        if iters < 0:
+            raise ValueError(f"iters must be >= 0, got {iters}")
+        iters = int(iters)
+        return float(sum(team.run(lambda t: function(iters, x, y))))
+
+    return run
+
+
+def run_fma(dtype: str, iters: int, threads: int, isa: str | None = None) -> float:
+    """One call of fma_runner(dtype, threads, isa)."""
+    return fma_runner(dtype, threads, isa)(iters)
 
 
 def warm_up(threads: int | None = None) -> None:

@@ -150,8 +150,7 @@ def _run_ceilings(
         wait_until_idle()  # the BLAS pool may still spin from the library GEMM before it
         for path in paths:
             config_id = path.config_id(rounds)
-            which = " ".join(config_id.split("/")[1:-1])  # fp64, or fp64 avx2
-            progress.start(f"fma {which} round {rounds}", point_s)
+            progress.start(f"fma {path.label} round {rounds}", point_s)
             before = conditions_row(backend, run_id, "before", config_id)
             workload = backend.fma_workload(path.dtype, threads, path.isa)
             hint = best[path.name][0][1] if path.name in best else None

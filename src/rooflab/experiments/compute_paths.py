@@ -12,20 +12,27 @@ from rooflab.vocabulary import compute_path, fma_path_name
 class FmaPath(NamedTuple):
     dtype: str
     isa: str | None  # None: the backend's one unnamed path (a GPU's FMA kernel)
-    name: str  # the ceiling's name: fp64_fma (widest), fp64_fma_avx2
+    widest: bool  # the dtype's default roof
+
+    @property
+    def name(self) -> str:
+        """The ceiling's name: fp64_fma (widest), fp64_fma_avx2."""
+        return fma_path_name(self.dtype, self.isa, self.widest)
+
+    @property
+    def label(self) -> str:
+        """For the progress line: fp64, or fp64 avx2."""
+        return self.dtype if self.widest or self.isa is None else f"{self.dtype} {self.isa}"
 
     def config_id(self, round_index: int) -> str:
         """fma/fp64/round0 for a dtype's widest path, fma/fp64/avx2/round0 for a narrower one."""
-        narrower = f"/{self.isa}" if self.name != fma_path_name(self.dtype, self.isa, True) else ""
-        return f"fma/{self.dtype}{narrower}/round{round_index}"
+        return f"fma/{self.label.replace(' ', '/')}/round{round_index}"
 
 
 def fma_paths(dtypes, isas) -> list[FmaPath]:
     """A path per dtype and instruction path (isas widest first: the first is the dtype's roof)."""
     return [
-        FmaPath(dtype, isa, fma_path_name(dtype, isa, widest=index == 0))
-        for dtype in dtypes
-        for index, isa in enumerate(isas)
+        FmaPath(dtype, isa, widest=index == 0) for dtype in dtypes for index, isa in enumerate(isas)
     ]
 
 
@@ -46,11 +53,12 @@ def beaten_roofs(ceilings: list[dict], backend: str) -> list[str]:
     return a line per fault naming both figures. A library ceiling is compared with the roof its
     dtype's GEMMs are judged against (vocabulary.compute_path) only: a bf16 tensor GEMM above the
     fp32 FMA roof is another path, not a fault."""
-    roofs = {
-        row["name"]: row for row in ceilings if row["kind"] == "compute" and row["value"]
-    }  # a name may have several rows (library variants): the roof is the best
+    roofs: dict[str, dict] = {}  # a name may have several rows (library variants): the best
     for row in ceilings:
-        if row["kind"] == "compute" and row["value"] > roofs[row["name"]]["value"]:
+        if (
+            row["kind"] == "compute"
+            and row["value"] > roofs.get(row["name"], {"value": 0})["value"]
+        ):
             roofs[row["name"]] = row
     for row in ceilings:
         row.setdefault("roof_beaten", False if row["kind"] == "compute" else None)

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 def _path_text(ceiling) -> str:
     """The instruction path of a CPU's kernels (`avx512, 512-bit`), "-" where none is named."""
+    import pandas as pd
+
     isa = getattr(ceiling, "isa", None)
-    if isa is None or (isinstance(isa, float) and isa != isa):
+    if isa is None or pd.isna(isa):
         return "-"
     return f"{isa}, {int(ceiling.vector_bits)}-bit"
 
