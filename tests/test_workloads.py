@@ -290,8 +290,10 @@ def test_a_kernel_that_goes_wrong_while_timed_is_stored_failed_and_left_off_the_
     tables = read_run(run)
     checks = tables["correctness"].to_pylist()
     assert [c["passed"] for c in checks] == [True, False]  # before the timing, and after it
-    assert "again after its last timing round" in checks[1]["detail"]
-    assert len(tables["workload_points"]) == 2  # its timing is kept (warm and cold) ...
+    # caught by the check after its first (warm) round, not only at the end: cold is not timed
+    assert checks[1]["detail"].endswith("again after its warm timing round 1")
+    points = tables["workload_points"].to_pylist()
+    assert [p["cache_state"] for p in points] == ["warm"]  # its timing is kept ...
     _, ceilings = quick_ceilings_run
     analysis = build_analysis([ceilings], [run])
     assert analysis.points.rows == []  # ... but never placed on the Roofline
@@ -346,3 +348,37 @@ def test_a_kernel_that_exits_cannot_make_the_command_succeed(call, tmp_path):
     assert result.returncode == 2, result.stderr
     assert f"workload quits: the kernel called {call}; nothing kept" in result.stderr
     assert not any((tmp_path / "runs").glob("*/runs.parquet"))
+
+
+SETS_THREADS = """
+import numpy as np
+from threadpoolctl import threadpool_limits
+from rooflab import Workload
+def one_thread(params, ctx):
+    if params["single"]:
+        threadpool_limits(limits=1, user_api="blas")  # set for the process, never restored
+    a = np.ones((64, 64))
+    return Workload(run=lambda: a @ a, flops=2 * 64**3, bytes=3 * 8 * 64**2)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
+def test_a_factory_that_sets_blas_threads_changes_only_its_own_case(tmp_path):
+    result = _measure(
+        tmp_path, SETS_THREADS, "mykernels:one_thread", "--param", "single=true,false",
+        "--out", "runs",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    from rooflab.records import read_run
+
+    threads = {
+        (p["params"], p["cache_state"]): p["threads"]
+        for p in read_run(run)["workload_points"].to_pylist()
+    }
+    usable = len(os.sched_getaffinity(0))
+    # the case that set 1 thread ran (and is stored) with 1; the case after it with them all
+    assert threads == {
+        ('{"single": true}', "warm"): 1, ('{"single": true}', "cold"): 1,
+        ('{"single": false}', "warm"): usable, ('{"single": false}', "cold"): usable,
+    }  # fmt: skip

@@ -202,6 +202,15 @@ class Backend(ABC):
         yield None
 
     @contextlib.contextmanager
+    def library_threads_kept(self) -> Iterator[None]:
+        """Run the block, then set every host thread pool threadpoolctl sees (BLAS, OpenMP)
+        back to its size before it: what a user's factory changes holds for its own case."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=None):  # no change now; the sizes seen are restored
+            yield
+
+    @contextlib.contextmanager
     def sampling_conditions(self, config_id: str | None = None) -> Iterator[list[dict]]:
         """Condition readings taken in the background while the block runs (phase "during"),
         in the list it yields once the block ends; none where the backend has no sampler."""

@@ -103,48 +103,31 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
         "workload_points": [],
     }
     points: dict[tuple[str, str], TimedPoint] = {}
-    ledgers: dict[str, tuple[int, int | None]] = {}  # config_id -> bytes, executed FLOPs
+    # config_id -> (bytes, executed FLOPs), and the library's threads while it was timed
+    ledgers: dict[str, tuple[tuple[int, int | None], int | None]] = {}
+    failed: set[str] = set()  # failed a check: not built, checked nor timed again
     # Round 1 checks each case, then times the ones that passed; later rounds build those again
     # from the same seed and time them again (experiments.rounds).
-    with backend.limited_library_threads() as threads:
+    with backend.limited_library_threads():
         for round_index in range(timing.rounds):
             for case in every_case:
-                if round_index and (case.config_id, cache_states[0]) not in points:
-                    continue  # failed its check
-                with step_limit(timing.max_call_s, f"workload {name} case {case.config_id}"):
-                    workload = build_case(factory, case, backend, spec.get("seed", 0))
-                    beat()
-                    passed = round_index or _check(backend, case, workload, run_id, tables)
-                if not passed:
-                    progress.drop([planned] * len(cache_states) * timing.rounds)
-                    continue  # a wrong result is recorded, never timed
-                executed = workload.executed_flops
-                ledgers[case.config_id] = (
-                    int(workload.bytes),
-                    None if executed is None else int(executed),
-                )
-                for cache_state in cache_states:
-                    point = points.setdefault(
-                        (case.config_id, cache_state),
-                        TimedPoint(case.config_id, cache_state, workload.flops),
-                    )
-                    rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
-                    progress.start(f"{case.config_id} {cache_state}{rounds}", planned)
-                    what = f"workload {name} case {case.config_id} {cache_state}"
-                    with step_limit(timing.max_call_s, what):
-                        point.time_round(
-                            backend, workload.run, timing, tables, run_id=run_id, progress=progress
-                        )
-                if round_index == timing.rounds - 1:  # checked again after all its calls
-                    with step_limit(timing.max_call_s, f"workload {name} case {case.config_id}"):
-                        _check(backend, case, workload, run_id, tables, AFTER_TIMING)
-                del workload
+                if case.config_id in failed:
+                    continue
+                # a factory may set the BLAS or OpenMP threads: that holds for its own case only
+                with backend.library_threads_kept():
+                    if not _time_case(
+                        backend, name, spec, factory, case, cache_states, round_index,
+                        timing, tables, points, ledgers, run_id, progress,
+                    ):  # fmt: skip
+                        failed.add(case.config_id)
     for case in every_case:
         for cache_state in cache_states:
             if (case.config_id, cache_state) in points:
                 point = points[(case.config_id, cache_state)]
-                row = _row(case, spec, point, ledgers[case.config_id], backend, timing)
-                tables["workload_points"].append(row | {"run_id": run_id, "threads": threads})
+                ledger, threads = ledgers[case.config_id]
+                row = _row(case, spec, point, ledger, backend, timing)
+                row |= {"run_id": run_id, "threads": threads}
+                tables["workload_points"].append(row)
     settings = {"workload": dict(spec), "timing": timing.record()}
     return close_run(
         backend, tables, run_id=run_id, kind="workload", name=name, started_at=started,
@@ -152,15 +135,82 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
     )  # fmt: skip
 
 
+def _time_case(
+    backend,
+    name,
+    spec,
+    factory,
+    case,
+    cache_states,
+    round_index,
+    timing,
+    tables,
+    points,
+    ledgers,
+    run_id,
+    progress,
+) -> bool:
+    """Build one case, check it (round 1), time it in each cache state and check it again after
+    each; its ledger and library threads go to `ledgers`. False once a check failed (its row
+    is stored)."""
+    what = f"workload {name} case {case.config_id}"
+    planned = timing.warmup_s + timing.cooldown_s + timing.min_time_s
+    rounds_left = timing.rounds - round_index
+    with step_limit(timing.max_call_s, what):
+        workload = build_case(factory, case, backend, spec.get("seed", 0))
+        beat()
+        if not (round_index or _check(backend, case, workload, run_id, tables)):
+            progress.drop([planned] * len(cache_states) * rounds_left)
+            return False  # a wrong result is recorded, never timed
+    executed = workload.executed_flops
+    ledger = (int(workload.bytes), None if executed is None else int(executed))
+    # the threads as the factory left them: what the timing ran with
+    ledgers[case.config_id] = ledger, backend.library_threads()
+    for index, cache_state in enumerate(cache_states):
+        point = points.setdefault(
+            (case.config_id, cache_state),
+            TimedPoint(case.config_id, cache_state, workload.flops),
+        )
+        rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
+        progress.start(f"{case.config_id} {cache_state}{rounds}", planned)
+        with step_limit(timing.max_call_s, f"{what} {cache_state}"):
+            point.time_round(
+                backend, workload.run, timing, tables, run_id=run_id, progress=progress
+            )
+        # checked again after every timing round: a kernel that goes wrong after some calls
+        # is caught near where it did, and its later rounds are not timed
+        last = round_index == timing.rounds - 1 and index == len(cache_states) - 1
+        when = (
+            AFTER_TIMING
+            if last
+            else f"{BEFORE_TIMING}, again after its {cache_state} timing{rounds}"
+        )
+        with step_limit(timing.max_call_s, what):
+            if not _check(backend, case, workload, run_id, tables, when, only_failed=not last):
+                left = (len(cache_states) - index - 1) + len(cache_states) * (rounds_left - 1)
+                progress.drop([planned] * left)
+                return False
+    return True
+
+
 BEFORE_TIMING = "the workload's own check() against its reference"
 # A kernel may go wrong only after many calls (state that drifts, a buffer it overruns): a case
-# whose check fails here keeps its timing in the store but is never placed on the Roofline.
-AFTER_TIMING = BEFORE_TIMING + ", again after its last timing round"
+# whose check fails after a timing round keeps its timing in the store but is never placed on
+# the Roofline. Passed checks between rounds are not stored, only the last one.
+AFTER_TIMING = BEFORE_TIMING + ", again after each timing round"
 
 
 def _check(
-    backend: Backend, case: Case, workload: Workload, run_id: str, tables, when=BEFORE_TIMING
+    backend: Backend,
+    case: Case,
+    workload: Workload,
+    run_id: str,
+    tables,
+    when: str = BEFORE_TIMING,
+    only_failed: bool = False,
 ) -> bool:
+    """Run the case once and compare with its reference; its correctness row is stored (with
+    `only_failed`, only where the check failed)."""
     if workload.check is None:
         return True
     with backend.nvtx_range(f"{case.config_id}/correctness"):
@@ -168,6 +218,8 @@ def _check(
         backend.synchronize()
     error = check_error(workload, case.config_id)
     passed = error <= workload.tolerance
+    if only_failed and passed:
+        return True
     tables["correctness"].append(
         {
             "run_id": run_id,
