@@ -101,6 +101,42 @@ REFUSED = {
         "stages.x.compute_path: unknown compute path 'fp32_fmaa'; known: "
         + ", ".join(COMPUTE_PATHS),
     ),
+    "sweep of a million points": (
+        {
+            "sweeps": {
+                "s": {
+                    "m": list(range(1, 1001)),
+                    "n": list(range(1, 1001)),
+                    "k": [8],
+                    "dtypes": ["fp32"],
+                }
+            }
+        },
+        "sweeps.s: 1,000,000 points (1000 m x 1000 n x 1 k x 1 dtypes x 1 layouts), over the "
+        "100,000 a sweep may have; split it or thin its lists",
+    ),
+    "workload of too many cases": (
+        {"workloads": {"w": {"entry": "m:f", "params": {p: list(range(64)) for p in "abc"}}}},
+        "workloads.w: 262,144 points (64 params.a x 64 params.b x 64 params.c x 1 dtypes), over "
+        "the 100,000 a sweep may have; split it or thin its lists",
+    ),
+    "scenario name that is a path": (
+        {
+            "stages": {
+                "../../evil": {
+                    "measurable": True,
+                    "stages": [{"name": "a", "kernel": "stream", "time_s": 0.1}],
+                }
+            }
+        },
+        "stages: name '../../evil' may have only letters, digits, '_' and '-' (at most 100): "
+        "it becomes a folder, a Snakemake target and a chart's file name",
+    ),
+    "sweep name that is markup": (
+        {"sweeps": {"</script>x": {"m": [8], "n": [8], "k": [8], "dtypes": ["fp32"]}}},
+        "sweeps: name '</script>x' may have only letters, digits, '_' and '-' (at most 100): "
+        "it becomes a folder, a Snakemake target and a chart's file name",
+    ),
     "unknown memory level": (
         scenario(stage("A"), memory_level="VRAM"),
         "stages.x.memory_level: unknown memory level 'VRAM'; known: L1, L2, L3, DRAM, HBM",
@@ -239,4 +275,16 @@ def test_a_gemm_size_written_as_a_decimal_names_its_file_and_key(tmp_path):
         load_config(config)
     assert str(caught.value) == (
         f"{config}: sweeps.s.m[1]: must be a whole number written without a decimal point, got 4.0"
+    )
+
+
+def test_a_cycle_of_100000_stages_is_one_short_line():
+    names = [f"s{i}" for i in range(100_000)]
+    stages = [stage(name, names[i - 1]) for i, name in enumerate(names)]  # s0 after s99999
+    with pytest.raises(ConfigError) as caught:
+        validate_config(scenario(*stages), "config.yaml")
+    said = str(caught.value)
+    assert said == (
+        "config.yaml: stages.x.stages: stages form a cycle: s0 -> s99999 -> s99998 -> s99997 "
+        "-> (99993 more) -> s3 -> s2 -> s1 -> s0"
     )

@@ -309,6 +309,11 @@ def test_param_values_that_name_one_case_are_refused(values, says):
         cases("w", {"n": values}, ["fp32"])
 
 
+def test_a_cross_product_of_too_many_cases_is_refused_before_it_is_built():
+    with pytest.raises(WorkloadError, match=re.escape("w: 160,000 points (400 params.a x 400 ")):
+        cases("w", {"a": list(range(400)), "b": list(range(400))}, ["fp32"])
+
+
 def test_colliding_params_on_the_command_line_are_one_error_and_nothing_measured(tmp_path):
     result = _measure(
         tmp_path, _docs_example(), "mykernels:axpb", "--param", "n=4096,no,false", "--out", "runs"

@@ -22,7 +22,7 @@ from jsonschema.exceptions import best_match
 
 from rooflab.model import ModelError, Stage, sized_stage, topological_order
 from rooflab.units import UnitError, as_quantity, parse_bytes
-from rooflab.vocabulary import COMPUTE_PATH, INTEGER_PATHS, MEMORY_LEVELS
+from rooflab.vocabulary import COMPUTE_PATH, INTEGER_PATHS, MEMORY_LEVELS, too_many_points
 
 __all__ = [
     "COMPUTE_PATHS",
@@ -193,6 +193,11 @@ def _describe(error) -> str:
         known = f"; known keys: {', '.join(sorted(allowed))}" if allowed else ""
         place = f"in {where}" if where else "at the top level"
         return f"unknown key {', '.join(map(repr, unknown))} {place}{known}"
+    if error.schema == _schema()["$defs"]["name"]:  # a name that becomes a folder, a target
+        return (
+            f"{where}: name {error.instance!r} may have only letters, digits, '_' and '-' (at "
+            "most 100): it becomes a folder, a Snakemake target and a chart's file name"
+        )
     return f"{where or 'top level'}: {error.message}"
 
 
@@ -236,7 +241,18 @@ def usable_cpus() -> int:
 
 def _check_shapes(config: dict, source: str) -> None:
     """GEMM sizes are whole numbers as written: JSON Schema counts 4.0 as an integer, and a
-    float reaching the ledgers would stop the campaign with a traceback naming no key."""
+    float reaching the ledgers would stop the campaign with a traceback naming no key. A sweep
+    or a workload's cases are bounded in number (vocabulary.MAX_POINTS_PER_SWEEP)."""
+    for section, lists in (("sweeps", ("m", "n", "k", "dtypes", "layouts")), ("workloads", ())):
+        for name, entry in config[section].items():
+            if section == "workloads":
+                lengths = {f"params.{key}": len(v) for key, v in entry.get("params", {}).items()}
+                lengths["dtypes"] = len(entry["dtypes"])
+            else:
+                lengths = {key: len(entry[key]) for key in lists}
+            refused = too_many_points(lengths)
+            if refused:
+                raise ConfigError(f"{source}: {section}.{name}: {refused}")
     for name, sweep in config["sweeps"].items():
         for key in ("m", "n", "k"):
             for index, value in enumerate(sweep.get(key) or []):

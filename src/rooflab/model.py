@@ -355,6 +355,18 @@ def sized_stage(
 _NONE_LEFT = object()  # a visited stage's dependencies are all done
 
 
+CHAIN_SHOWN = 4  # stages shown at each end of a long chain in a message
+
+
+def _chain_text(names: list[str]) -> str:
+    """`a -> b -> c`, with the middle of a long chain counted rather than printed (a cycle of
+    100,000 stages is one readable line, not a megabyte)."""
+    if len(names) > 2 * CHAIN_SHOWN + 1:
+        left = len(names) - 2 * CHAIN_SHOWN
+        names = [*names[:CHAIN_SHOWN], f"({left} more)", *names[-CHAIN_SHOWN:]]
+    return " -> ".join(names)
+
+
 def topological_order(stages: list[Stage]) -> list[Stage]:
     """Each stage after its `after` stages: depth-first in list order, dependencies in their order;
     a duplicate name, an unknown `after` name or a cycle is refused. Iterative (no recursion limit)
@@ -386,7 +398,7 @@ def topological_order(stages: list[Stage]) -> list[Stage]:
                 order.append(by_name[name])
             elif dep in on_path:
                 cycle = [*path[on_path[dep] :], dep]
-                raise ModelError(f"stages form a cycle: {' -> '.join(cycle)}")
+                raise ModelError(f"stages form a cycle: {_chain_text(cycle)}")
             else:
                 on_path[dep] = len(path)
                 path.append(dep)

@@ -92,3 +92,22 @@ def datasheet_path(dtype: str) -> str:
     with the fp8 variants sharing one "fp8" path (`paths`, FLOP/s); int8's is the integer path
     "int8" (`integer_paths`, OP/s: devices.DevicePreset.peak_ops_per_s)."""
     return "fp8" if dtype.startswith("fp8") else dtype
+
+
+# Points one sweep (or one workload's cases) may have: 100,000 already take hours to time, and
+# a cross product of long lists (1000 m x 1000 n x 10 k) would build millions before any job.
+MAX_POINTS_PER_SWEEP = 100_000
+
+
+def too_many_points(lengths: dict[str, int]) -> str | None:
+    """Why a sweep whose lists have these lengths (key -> values) is refused, or None."""
+    total = 1
+    for length in lengths.values():
+        total *= length
+    if total <= MAX_POINTS_PER_SWEEP:
+        return None
+    product = " x ".join(f"{length} {key}" for key, length in lengths.items())
+    return (
+        f"{total:,} points ({product}), over the {MAX_POINTS_PER_SWEEP:,} a sweep may have; "
+        "split it or thin its lists"
+    )

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rooflab.vocabulary import too_many_points
+
 
 class WorkloadError(ValueError):
     """A workload that cannot be measured as given: the message names it and the problem."""
@@ -154,6 +156,11 @@ def cases(name: str, params: Mapping[str, list], dtypes: list[str]) -> list[Case
             seen[shown] = value
     if len(set(dtypes)) != len(dtypes):
         raise WorkloadError(f"{name}: dtypes {list(dtypes)} name a dtype twice")
+    refused = too_many_points(
+        {f"params.{k}": len(params[k]) for k in keys} | {"dtypes": len(dtypes)}
+    )
+    if refused:
+        raise WorkloadError(f"{name}: {refused}")
     return [
         Case(name, dtype, dict(zip(keys, values, strict=True)))
         for dtype in dtypes
