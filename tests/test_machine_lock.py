@@ -164,3 +164,57 @@ def test_waiting_for_the_machine_has_a_limit_and_the_command_says_who_holds_it(l
     assert last.startswith("rooflab: error: ceilings: the machine was still busy after")
     assert f"pid {other.pid} (ceilings, since" in last
     assert not (lock_dir / "out").exists() or not any((lock_dir / "out").iterdir())
+
+
+PLANNED_JOB = textwrap.dedent(
+    """
+    import sys, time
+    import rooflab.experiments.watchdog as watchdog
+    from rooflab.experiments.machine_lock import measuring_job
+    watchdog.JOB_LIMIT_FLOOR_S = 1.0  # an hour in a campaign; a second here
+    with measuring_job("job x", "x") as progress:
+        progress.plan([0.1])  # planned 0.1 s: its limit is 10 x 0.1 + 1 = 2 s from its start
+        print("planned", flush=True)
+        time.sleep(60)  # outlives it: a wait no call's limit covers
+    """
+)
+
+
+def test_a_measuring_job_is_stopped_at_the_limit_its_plan_sets(lock_dir):
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", PLANNED_JOB], capture_output=True, text=True, timeout=60
+    )
+    took = time.monotonic() - started
+    assert result.returncode == 124, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "rooflab: job x: still running after its limit of 2 s (10x its plan of 0.1 s + 1 s); "
+        "stopped (status 124): the machine and its lock are free again"
+    )
+    assert took < 30  # not the 60 s the job would have slept
+    with measuring("next", timeout_s=1) as waited:  # the lock went with the process
+        assert waited < 1
+
+
+SLOW_CALLS = """
+import time
+from rooflab import Workload
+def slow(params, ctx):
+    return Workload(run=lambda: time.sleep(0.2), flops=8, bytes=8)  # each call well in its limit
+"""
+
+
+def test_rooflab_job_limit_s_stops_a_workload_job_naming_it(lock_dir, tmp_path):
+    (tmp_path / "mykernels.py").write_text(SLOW_CALLS)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "ROOFLAB_JOB_LIMIT_S": "3"}
+    result = subprocess.run(
+        [sys.executable, "-m", "rooflab", "measure", "workload", "mykernels:slow",
+         "--param", "n=" + ",".join(map(str, range(40))), "--out", "runs"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 124, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "rooflab: workload slow: still running after its limit of 3 s ($ROOFLAB_JOB_LIMIT_S); "
+        "stopped (status 124): the machine and its lock are free again"
+    )
+    assert not any((tmp_path / "runs").glob("*/runs.parquet"))

@@ -174,8 +174,10 @@ class Progress:
         stream: TextIO | None = None,
         terminal: TerminalLine | bool | None = True,
         clock: Callable[[], float] = time.monotonic,
+        on_plan: Callable[[float | None, int], None] | None = None,
     ):
         self.label, self.every_s, self.clock = label, every_s, clock
+        self.on_plan = on_plan  # told (planned seconds or None for work units, items) on a change
         self.stream = stream  # None: sys.stderr when written (the job's log once log_to ran)
         self.terminal = TerminalLine.open() if terminal is True else terminal or None
         self.items, self.index, self.name, self.detail = 0, 0, "", ""
@@ -192,6 +194,7 @@ class Progress:
         self.eta = Eta(float(sum(planned)), seconds_per_unit)
         self.started = self.item_started = self.clock()
         self.last_log = -math.inf  # the first item's line, with the plan's ETA, is logged
+        self._planned()
 
     def drop(self, planned: Sequence[float]) -> None:
         """Items of the plan that will not run after all (a configuration that failed its check
@@ -203,6 +206,12 @@ class Progress:
         """Items decided while the job runs (an adaptive sweep's refinements, another round)."""
         self.items += len(planned)
         self.eta.total += float(sum(planned))
+        self._planned()
+
+    def _planned(self) -> None:
+        if self.on_plan is not None:
+            seconds = self.eta.total * self.eta.prior if self.eta.prior else None
+            self.on_plan(seconds, self.items)
 
     def start(self, name: str, planned: float = 1.0) -> None:
         """The next item begins (the one before it is done)."""

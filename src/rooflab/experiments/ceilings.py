@@ -39,7 +39,7 @@ from rooflab.experiments.ceiling_windows import Windows, time_workload, window_r
 from rooflab.experiments.compute_paths import beaten_roofs, fma_paths, stream_sweeps
 from rooflab.experiments.host_link_ceilings import measure_host_link
 from rooflab.experiments.library_ceilings import ceiling_flags, library_ceilings
-from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
 from rooflab.experiments.stopping import Stop, StoppingRule
 from rooflab.progress import Progress
@@ -69,7 +69,7 @@ def run_ceilings(
         backend.check_dtype(dtype)  # says why (CUDA: the device, or nvmath-python missing)
     check_supported(backend, settings)
     check_memory(backend, settings)
-    with measuring("ceilings"), Progress("ceilings") as progress:
+    with measuring_job("ceilings", "ceilings") as progress:
         return _run_ceilings(backend, settings, progress, run_id)
 
 

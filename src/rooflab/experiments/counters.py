@@ -64,7 +64,7 @@ from rooflab.experiments.counter_targets import (
     select_cases,
     select_configs,
 )
-from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.runs import conditions_row, run_row
 from rooflab.progress import Progress
 from rooflab.records import new_run_id, read_run, timed_rows, utc_now
@@ -188,7 +188,7 @@ def run_workload_counters(
 
 def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, run_id) -> dict:
     """The step for a sweep or a workload (`kind`), its targets chosen by `targets(timings)`."""
-    with measuring(f"counters of {kind} {name}"), Progress(f"counters {name}") as progress:
+    with measuring_job(f"counters of {kind} {name}", f"counters {name}") as progress:
         tool = tool or ("ncu" if backend.name == "cuda" else "perf")
         if tool not in TOOLS:
             raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")

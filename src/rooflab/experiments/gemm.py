@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rooflab.backends.base import Backend, BackendError
 from rooflab.backends.cublaslt_args import LT_ONLY_DTYPES, lt_gemm_ledger
 from rooflab.experiments.correctness import MAX_CHECKED_COLS, MAX_CHECKED_ROWS, check_gemm
-from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.rounds import TimedPoint
 from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings
@@ -105,7 +105,7 @@ def run_gemm_sweep(
     configs = sweep_configs(name, sweep)
     # Refused before waiting for the machine, not after another measurement's minutes.
     check_fits(backend, [c for c in configs if c.config_id in (passed_config_ids or {c.config_id})])
-    with measuring(f"gemm sweep {name}"), Progress(label) as progress:
+    with measuring_job(f"gemm sweep {name}", label) as progress:
         return _run_gemm_sweep(
             backend, name, sweep, timing, progress, passed_config_ids, run_id=run_id
         )

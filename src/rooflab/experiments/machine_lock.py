@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rooflab.backends.base import BackendError
+from rooflab.experiments.watchdog import job_limit
+from rooflab.progress import Progress
 
 LOCK_DIR_ENV = "ROOFLAB_LOCK_DIR"
 HELD_ENV = "ROOFLAB_MEASURING_LOCK_PID"  # set for the holder's children: they are under its lock
@@ -171,3 +173,11 @@ def measuring(what: str, *, timeout_s: float | None = None, poll_s: float = 0.5)
             os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+@contextlib.contextmanager
+def measuring_job(what: str, label: str) -> Iterator[Progress]:
+    """A measuring job: the machine held (`measuring`), its Progress (`label`), and a time limit
+    from its plan once it has one (watchdog.job_limit); yields the Progress."""
+    with measuring(what), job_limit(what) as plan, Progress(label, on_plan=plan) as progress:
+        yield progress

@@ -29,11 +29,10 @@ from dataclasses import dataclass
 
 from rooflab.backends.base import Backend
 from rooflab.config import stages_from_config
-from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, sample_rows
 from rooflab.model import Stage, stage_bounds
-from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
 
@@ -211,7 +210,7 @@ def run_stage_overlap(
     lock throughout."""
     if not spec.get("measurable"):
         raise StageOverlapError(f"stages.{name} is not marked measurable: true")
-    with measuring(f"stages {name}"), Progress(f"stages {name}") as progress:
+    with measuring_job(f"stages {name}", f"stages {name}") as progress:
         stages = sized_stages(backend, spec, peak_flops_per_s, bandwidth_b_per_s)
         lanes = (
             _StreamLanes(backend, len(stages))

@@ -54,11 +54,10 @@ from rooflab.backends.base import Backend
 from rooflab.conditions.disturbance import add_gpu_processes
 from rooflab.experiments import timeline_kernels
 from rooflab.experiments.correctness import UNIT_ROUNDOFF
-from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.runs import close_run, conditions_row, during_rows, quiet_check
 from rooflab.experiments.timeline_kernels import Buffers, EventTimeline, Op
 from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, sample_rows
-from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
 
@@ -143,7 +142,7 @@ def run_timeline(
     spec = checked_spec(name, spec)
     if backend.name not in BACKENDS:
         raise TimelineError(f"timeline {name}: backend {backend.name!r} is not cpu or cuda")
-    with measuring(f"timeline {name}"), Progress(f"timeline {name}") as progress:
+    with measuring_job(f"timeline {name}", f"timeline {name}") as progress:
         return _run(backend, name, spec, timing, progress, run_id or new_run_id())
 
 

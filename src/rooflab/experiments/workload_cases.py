@@ -15,12 +15,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from rooflab.backends.base import Backend
-from rooflab.experiments.machine_lock import measuring
+from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.rounds import TimedPoint
 from rooflab.experiments.runs import close_run, conditions_row, quiet_check
 from rooflab.experiments.timing import TimingSettings
 from rooflab.experiments.watchdog import beat, step_limit
-from rooflab.progress import Progress
 from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
 from rooflab.workloads import (
@@ -84,7 +83,7 @@ def run_workload(
     Holds the machine lock throughout: one measurement at a time."""
     factory = load_entry(spec["entry"], name)
     every_case = cases(name, spec.get("params") or {}, list(spec["dtypes"]))
-    with measuring(f"workload {name}"), Progress(f"workload {name}") as progress:
+    with measuring_job(f"workload {name}", f"workload {name}") as progress:
         return _run(backend, name, spec, factory, every_case, timing, progress, run_id)
 
 
