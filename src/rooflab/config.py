@@ -86,16 +86,18 @@ def config_file(name: str) -> Path:
 
 MAX_YAML_BYTES = 16 << 20  # a campaign config or stages file is kilobytes; 16 MiB is no config
 MAX_YAML_NODES = 1_000_000  # nodes a file may hold once its aliases are expanded
+# libyaml's safe loader where PyYAML was built with it (the wheels are): the pure-Python scanner
+# takes a minute on a 100,000-stage chain
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _check_expansion(text: str, path: Path) -> None:
     """Refuse a file whose aliases expand it past MAX_YAML_NODES nodes (a "billion laughs"
     file of 1 KB expands to 10^9), counted from the parser's events before anything is built."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where present
     sizes: dict[str, int] = {}  # anchor -> nodes of its expanded subtree
     frames: list[list] = [[None, 0]]  # [anchor, nodes so far] of each open collection
     total = 0
-    for event in yaml.parse(text, Loader=loader):
+    for event in yaml.parse(text, Loader=YAML_LOADER):
         if isinstance(event, yaml.AliasEvent):
             nodes = sizes.get(event.anchor, 1)
         elif isinstance(event, yaml.ScalarEvent):
@@ -142,7 +144,7 @@ def load_yaml(path: str | Path) -> object:
         )
     try:
         _check_expansion(text, path)
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=YAML_LOADER)  # a safe loader: plain data only
     except yaml.reader.ReaderError as error:  # valid UTF-8, but control characters
         raise ConfigError(
             f"{path}: not text (character #x{error.character:04x} at position {error.position})"
