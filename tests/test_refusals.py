@@ -76,3 +76,37 @@ def test_a_run_folder_under_a_file_is_refused_before_measuring(tmp_path):
         "measure", "ceilings", "--backend", "cpu", "--quick", "--out", tmp_path / "results" / "runs"
     )
     _one_line_refusal(result, "cannot write a run there")
+
+
+PREFLIGHT = """
+import sys
+from rooflab.backends.cpu import CpuBackend
+from rooflab.config import load_config
+from rooflab.experiments.preflight import check_campaign
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+before = status("VmRSS:")
+check_campaign(load_config(sys.argv[1]), "config")  # builds a CpuBackend, checks every size
+print(status("VmHWM:") - before, CpuBackend().flush_bytes)
+"""
+
+
+def test_the_campaigns_preflight_reads_sizes_and_allocates_no_flush_buffer():
+    """The Snakefile's check (every `snakemake` call, a no-op too) allocates nothing: its peak
+    memory grows by far less than the cold-cache flush buffer (1 GB on a 480 MiB-L3 VM)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    result = subprocess.run(
+        [sys.executable, "-c", PREFLIGHT, str(REPO / "config" / "config.yaml")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    grown, flush_bytes = map(int, result.stdout.split())
+    if flush_bytes < 128 << 20:
+        pytest.skip(f"a flush buffer of {flush_bytes} B is too small to tell from imports")
+    assert grown < flush_bytes / 4, (grown, flush_bytes)

@@ -44,13 +44,9 @@ class CpuBackend(Backend):
             f"read-modify-write by every core of a {self.flush_bytes} B buffer "
             "(2x the summed cache capacity) before each sample"
         )
-        # One chunk per core, written by plain threads: an OpenMP flush would leave its workers
-        # spinning for milliseconds after it, competing with BLAS in the cold sample (measured
-        # here: a 2 ms GEMM read 6 ms). numpy releases the GIL, so the chunks are written at once.
-        threads = self.default_threads()
-        self._flush_chunks = np.array_split(np.zeros(self.flush_bytes // 8), threads)
-        self._flush_pool = ThreadPoolExecutor(threads, thread_name_prefix="rooflab-flush")
-        self.flush_cache()  # first touch now, not in the first cold sample
+        # Allocated at the first flush: a backend built to check sizes (the Snakefile's
+        # pre-flight, a dry run) allocates nothing; memory_available_bytes counts it either way.
+        self._flush: tuple[list[np.ndarray], ThreadPoolExecutor] | None = None
         cpu_conditions.warm_up()
 
     # -- identity and conditions --
@@ -108,7 +104,7 @@ class CpuBackend(Backend):
             return None
 
     # -- memory and caches --
-    def memory_available_bytes(self) -> int:
+    def _free_bytes(self) -> int:
         try:
             with open("/proc/meminfo", encoding="ascii") as meminfo:
                 for line in meminfo:
@@ -118,15 +114,31 @@ class CpuBackend(Backend):
             pass
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
+    def memory_available_bytes(self) -> int:
+        # the flush buffer, allocated or still to be, is not available to a measurement
+        return self._free_bytes() - (self.flush_bytes if self._flush is None else 0)
+
     def cache_bytes_by_level(self) -> dict[str, int]:
         return dict(self._caches)
 
     def flush_cache(self) -> None:
-        # Read and write every line, so each core's caches fill with dirty lines of the buffer.
-        list(self._flush_pool.map(lambda chunk: np.add(chunk, 1.0, out=chunk), self._flush_chunks))
+        if self._flush is None:
+            # One chunk per core, written by plain threads: an OpenMP flush would leave its
+            # workers spinning for milliseconds after it, competing with BLAS in the cold sample
+            # (measured here: a 2 ms GEMM read 6 ms). numpy releases the GIL: chunks at once.
+            threads = self.default_threads()
+            chunks = np.array_split(np.zeros(self.flush_bytes // 8), threads)
+            self._flush = chunks, ThreadPoolExecutor(threads, thread_name_prefix="rooflab-flush")
+            self._write_flush_buffer()  # first touch: the page faults, not in the flush itself
+        self._write_flush_buffer()
         # The workers still need the GIL to park after their chunk; without this pause they ran
         # beside the next sample's BLAS threads, whose run-queue wait then flagged it disturbed.
         time.sleep(FLUSH_SETTLE_S)
+
+    def _write_flush_buffer(self) -> None:
+        # Read and write every line, so each core's caches fill with dirty lines of the buffer.
+        chunks, pool = self._flush
+        list(pool.map(lambda chunk: np.add(chunk, 1.0, out=chunk), chunks))
 
     # -- running and timing --
     def synchronize(self) -> None:
