@@ -288,3 +288,33 @@ def test_a_cycle_of_100000_stages_is_one_short_line():
         "config.yaml: stages.x.stages: stages form a cycle: s0 -> s99999 -> s99998 -> s99997 "
         "-> (99993 more) -> s3 -> s2 -> s1 -> s0"
     )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"name": "b", "flops": True, "bytes": 1}, {"name": "b", "flops": 1, "bytes": 1, "x": 1},
+     {"name": "", "flops": 1, "bytes": 1}, {"name": "b", "flops": 1, "bytes": 1, "after": [1]}],
+)  # fmt: skip
+def test_a_long_stages_list_is_checked_with_the_same_words_as_a_short_one(bad):
+    """A list past LONG_STAGE_LIST is checked by a compiled validator (jsonschema's costs 10 s
+    for 100,000 stages); a stage it refuses gets the message it gets in a short list."""
+    from rooflab.config import LONG_STAGE_LIST
+
+    said = {}
+    for length in (3, LONG_STAGE_LIST + 5):
+        stages = [stage(f"s{i}") for i in range(length)]
+        stages[2] = dict(bad)
+        with pytest.raises(ConfigError) as caught:
+            validate_config(scenario(*stages), "config.yaml")
+        said[length] = str(caught.value)
+    assert said[3] == said[LONG_STAGE_LIST + 5]
+    assert "stages.x.stages[2]" in said[3]
+
+
+def test_a_long_stages_list_gets_its_defaults_and_stays_whole():
+    names = [f"s{i}" for i in range(5000)]
+    stages = [{"name": n, "flops": 1, "bytes": 1} for n in names]
+    config = validate_config(scenario(*stages), "config.yaml")
+    checked = config["stages"]["x"]["stages"]
+    assert [s["name"] for s in checked] == names
+    assert all(s["after"] == [] for s in checked)

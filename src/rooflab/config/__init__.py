@@ -9,23 +9,25 @@ cuBLASLt runs (FP8, int8): the cuda backend's alone, in layout nt, with N and K 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
-import yaml
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 
+from rooflab.config.files import MAX_YAML_BYTES, ConfigError, config_file, load_yaml
 from rooflab.model import ModelError, Stage, sized_stage, topological_order
 from rooflab.units import UnitError, as_quantity, parse_bytes
 from rooflab.vocabulary import COMPUTE_PATH, INTEGER_PATHS, MEMORY_LEVELS, too_many_points
 
 __all__ = [
     "COMPUTE_PATHS",
+    "MAX_YAML_BYTES",
     "MEMORY_LEVEL_NAMES",
     "ConfigError",
     "campaign_config",
@@ -38,8 +40,6 @@ __all__ = [
     "validate_config",
 ]
 
-REPO_CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
-PACKAGED_CONFIG_DIR = Path(__file__).resolve().parent / "_config"
 
 # The measured ceilings a stages scenario may be drawn against (`compute_path`, `memory_level`):
 # the path each GEMM dtype pairs with, the FMA chains (ceilings.fma_dtypes), the library GEMMs
@@ -72,95 +72,6 @@ CPU_GEMM_DTYPES = tuple(COMPUTE_PATH["cpu"])  # what the CPU backend's GEMMs and
 NAMED_SECTIONS = ("machines", "sweeps", "stages", "workloads", "timelines")
 
 
-class ConfigError(ValueError):
-    """A configuration or input file that cannot be used as written."""
-
-
-def config_file(name: str) -> Path:
-    """A file of config/ (schema.yaml, devices.yaml): the checkout's own, else the wheel's copy."""
-    for folder in (REPO_CONFIG_DIR, PACKAGED_CONFIG_DIR):
-        if (folder / name).is_file():
-            return folder / name
-    raise ConfigError(f"config/{name} not found in {REPO_CONFIG_DIR} or {PACKAGED_CONFIG_DIR}")
-
-
-MAX_YAML_BYTES = 16 << 20  # a campaign config or stages file is kilobytes; 16 MiB is no config
-MAX_YAML_NODES = 1_000_000  # nodes a file may hold once its aliases are expanded
-# libyaml's safe loader where PyYAML was built with it (the wheels are): the pure-Python scanner
-# takes a minute on a 100,000-stage chain
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _check_expansion(text: str, path: Path) -> None:
-    """Refuse a file whose aliases expand it past MAX_YAML_NODES nodes (a "billion laughs"
-    file of 1 KB expands to 10^9), counted from the parser's events before anything is built."""
-    sizes: dict[str, int] = {}  # anchor -> nodes of its expanded subtree
-    frames: list[list] = [[None, 0]]  # [anchor, nodes so far] of each open collection
-    total = 0
-    for event in yaml.parse(text, Loader=YAML_LOADER):
-        if isinstance(event, yaml.AliasEvent):
-            nodes = sizes.get(event.anchor, 1)
-        elif isinstance(event, yaml.ScalarEvent):
-            nodes = 1
-        elif isinstance(event, yaml.CollectionStartEvent):
-            frames.append([event.anchor, 1])
-            continue
-        elif isinstance(event, yaml.CollectionEndEvent):
-            anchor, nodes = frames.pop()
-            if anchor:
-                sizes[anchor] = nodes
-            frames[-1][1] += nodes
-            continue
-        else:
-            continue
-        if getattr(event, "anchor", None) and not isinstance(event, yaml.AliasEvent):
-            sizes[event.anchor] = nodes
-        frames[-1][1] += nodes
-        total = frames[0][1] + sum(frame[1] for frame in frames[1:])
-        if total > MAX_YAML_NODES:
-            raise ConfigError(
-                f"{path}: its aliases expand it past {MAX_YAML_NODES} nodes (alias "
-                f"*{event.anchor} at line {event.start_mark.line + 1}); write the values out"
-                if isinstance(event, yaml.AliasEvent)
-                else f"{path}: more than {MAX_YAML_NODES} nodes"
-            )
-
-
-def load_yaml(path: str | Path) -> object:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read ({error.strerror})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})"
-        ) from None
-    if len(data) > MAX_YAML_BYTES:
-        raise ConfigError(
-            f"{path}: {len(data)} bytes, over the {MAX_YAML_BYTES} a config or stages file may have"
-        )
-    try:
-        _check_expansion(text, path)
-        return yaml.load(text, Loader=YAML_LOADER)  # a safe loader: plain data only
-    except yaml.reader.ReaderError as error:  # valid UTF-8, but control characters
-        raise ConfigError(
-            f"{path}: not text (character #x{error.character:04x} at position {error.position})"
-        ) from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to read") from None
-    except yaml.YAMLError as error:
-        if "maximum nesting depth" in str(getattr(error, "problem", error)):  # libyaml's limit
-            raise ConfigError(f"{path}: nested too deeply to read") from None
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(
-            f"{path}:{where} is not valid YAML ({getattr(error, 'problem', error)})"
-        ) from None
-
-
 def _with_defaults(validator_class):
     """A validator that fills `default` values into the instance as it validates."""
     check_properties = validator_class.VALIDATORS["properties"]
@@ -187,8 +98,8 @@ def _key_path(path) -> str:
     return text
 
 
-def _describe(error) -> str:
-    where = _key_path(error.absolute_path)
+def _describe(error, prefix: tuple = ()) -> str:
+    where = _key_path((*prefix, *error.absolute_path))
     if error.validator == "additionalProperties":
         allowed = set(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - allowed)
@@ -228,9 +139,70 @@ def _check(schema: dict, instance: object, source: str) -> None:
         unit = " of seconds" if path and str(path[-1]).endswith("_s") else ""
         where = _key_path(path) or "top level"
         raise ConfigError(f"{source}: {where}: must be a finite number{unit}, got {value}")
-    error = best_match(_with_defaults(Draft202012Validator)(schema).iter_errors(instance))
+    with _stage_lists_set_aside(instance, source):
+        error = best_match(_with_defaults(Draft202012Validator)(schema).iter_errors(instance))
     if error is not None:
         raise ConfigError(f"{source}: {_describe(error)}")
+
+
+LONG_STAGE_LIST = 1000  # stages past this are checked by a compiled validator, not jsonschema's
+
+
+def _stage_lists(instance: object) -> list[tuple[tuple, dict]]:
+    """(key path, its scenario) of each long stages list: a config's `stages.<name>.stages`, or
+    a stages file's own `stages`."""
+    stages = instance.get("stages") if isinstance(instance, dict) else None
+    scenarios = {(): instance} if isinstance(stages, list) else stages
+    if not isinstance(scenarios, dict):
+        return []
+    return [
+        (("stages", name) if name else (), scenario)
+        for name, scenario in scenarios.items()
+        if isinstance(scenario, dict)
+        and isinstance(scenario.get("stages"), list)
+        and len(scenario["stages"]) > LONG_STAGE_LIST
+    ]
+
+
+@cache
+def _stage_schema() -> tuple[dict, Callable]:
+    """One stage's schema (with the definitions it refers to) and its compiled validator, which
+    also fills its defaults."""
+    import fastjsonschema
+
+    stage = {**_schema()["$defs"]["scenario"]["properties"]["stages"]["items"]}
+    stage["$defs"] = _schema()["$defs"]
+    return stage, fastjsonschema.compile(stage, use_default=True)
+
+
+@contextlib.contextmanager
+def _stage_lists_set_aside(instance: object, source: str) -> Iterator[None]:
+    """jsonschema takes ~0.1 ms a stage (10 s for a chain of 100,000): a long list's stages
+    after its first are checked, and given their defaults, by a compiled validator of the stage
+    schema, and set aside while jsonschema checks the rest; a stage it refuses is checked again
+    by jsonschema, for the message every other key gets."""
+    lists = _stage_lists(instance)
+    if lists:
+        import fastjsonschema
+
+        schema, check_stage = _stage_schema()
+        for path, scenario in lists:
+            for index, stage in enumerate(scenario["stages"][1:], start=1):
+                try:
+                    check_stage(stage)
+                except fastjsonschema.JsonSchemaException:
+                    error = best_match(Draft202012Validator(schema).iter_errors(stage))
+                    raise ConfigError(
+                        f"{source}: {_describe(error, (*path, 'stages', index))}"
+                    ) from None
+    kept = [scenario["stages"] for _, scenario in lists]
+    for _, scenario in lists:
+        scenario["stages"] = scenario["stages"][:1]
+    try:
+        yield
+    finally:
+        for (_, scenario), stages in zip(lists, kept, strict=True):
+            scenario["stages"] = stages
 
 
 def usable_cpus() -> int:
@@ -423,14 +395,16 @@ def load_config(path: str | Path) -> dict:
     return validate_config(config if config is not None else {}, str(path))
 
 
-def load_scenario(path: str | Path) -> list[Stage]:
-    """A stage file for `rooflab model stages`: the same shape as one `stages:` scenario."""
+def load_scenario(path: str | Path) -> tuple[dict, list[Stage]]:
+    """A stage file for `rooflab model stages` (the same shape as one `stages:` scenario): the
+    keys it gives besides its stages, as written, and its stages, checked."""
     document = load_yaml(path)
+    given = dict(document) if isinstance(document, dict) else {}  # before defaults are filled
     schema = {**_schema(), "$ref": "#/$defs/scenario"}
     for key in ("type", "additionalProperties", "properties", "title", "description"):
         schema.pop(key, None)
     _check(schema, document, str(path))
-    return _check_scenario(document, str(path))
+    return given, _check_scenario(document, str(path))
 
 
 def stages_from_config(
