@@ -1,4 +1,6 @@
 # rooflab campaign: load and validate the config, include the stage rules, define the default target.
+import os
+
 from rooflab.config import campaign_config, validate_config
 from rooflab.experiments.preflight import check_campaign
 from rooflab.workflow import (
@@ -52,13 +54,15 @@ rule all:
 
 
 # What the terminal shows when the campaign ends: where the report and the store are, what fell
-# back, one query to try; on failure, which log to read.
+# back, points the Roofline lacks or that beat their roof, one query to try; on failure, which
+# log to read.
 onsuccess:
     say_campaign_done(
         rules.report.output.index,
         rules.ingest.output.receipt,
         measured_receipts(),
         workflow.output_settings.quiet,
+        roofline=os.path.dirname(rules.roofline.output.unplaced),
     )
 
 

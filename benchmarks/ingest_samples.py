@@ -110,23 +110,25 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
     groups = N_CONFIGS * len(CACHE_STATES)
     group = np.arange(n_samples) % groups
     labels = pa.array(config_ids)
+    columns = {
+        "run_id": pa.repeat(run_id, n_samples),
+        "config_id": labels.take(pa.array(group // len(CACHE_STATES))),
+        "cache_state": pa.array(CACHE_STATES).take(pa.array(group % len(CACHE_STATES))),
+        "sample_idx": np.arange(n_samples, dtype=np.int64) // groups,
+        "seconds": rng.lognormal(np.log(1e-4), 0.05, n_samples),
+        "clock_mhz": rng.normal(3000.0, 20.0, n_samples),
+        "amount": 2.0 * (group // len(CACHE_STATES) + 1) * 4096 * 4096,  # 2MNK, m = index + 1
+        "amount_unit": pa.repeat("FLOP", n_samples),
+        # what a real run records beside each sample: mostly no wait, a few disturbed
+        "wait_s": rng.exponential(1e-7, n_samples),
+        "cpu_s": rng.lognormal(np.log(1e-4), 0.05, n_samples),
+        "involuntary_switches": rng.poisson(0.01, n_samples).astype(np.int64),
+        "disturbed": rng.random(n_samples) < 0.01,
+    }
+    # a column the samples table gained since (`round`: one round here) is null, as in an older run
+    schema = TABLES["samples"]
     samples = pa.table(
-        {
-            "run_id": pa.repeat(run_id, n_samples),
-            "config_id": labels.take(pa.array(group // len(CACHE_STATES))),
-            "cache_state": pa.array(CACHE_STATES).take(pa.array(group % len(CACHE_STATES))),
-            "sample_idx": np.arange(n_samples, dtype=np.int64) // groups,
-            "seconds": rng.lognormal(np.log(1e-4), 0.05, n_samples),
-            "clock_mhz": rng.normal(3000.0, 20.0, n_samples),
-            "amount": 2.0 * (group // len(CACHE_STATES) + 1) * 4096 * 4096,  # 2MNK, m = index + 1
-            "amount_unit": pa.repeat("FLOP", n_samples),
-            # what a real run records beside each sample: mostly no wait, a few disturbed
-            "wait_s": rng.exponential(1e-7, n_samples),
-            "cpu_s": rng.lognormal(np.log(1e-4), 0.05, n_samples),
-            "involuntary_switches": rng.poisson(0.01, n_samples).astype(np.int64),
-            "disturbed": rng.random(n_samples) < 0.01,
-        },
-        schema=TABLES["samples"],
+        {f.name: columns.get(f.name, pa.nulls(n_samples, f.type)) for f in schema}, schema=schema
     )
     pq.write_table(samples, run_dir / "samples.parquet")  # as write_run writes it
     return run_dir

@@ -74,6 +74,12 @@ def ceilings_receipts(wildcards=None):
     return expand("results/ceilings/{machine}/receipt.json", machine=MACHINES)
 
 
+def ceilings_receipt(wildcards):
+    """The machine's ceilings receipt, which a timing job sizes its cold flush from when it is
+    there (a param, not an input: a rerun of the ceilings reruns no timing job)."""
+    return f"results/ceilings/{wildcards.machine}/receipt.json"
+
+
 def timing_receipts(wildcards=None):
     return expand(
         "results/sweeps/{sweep}/{machine}/timing.json",

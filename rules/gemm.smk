@@ -36,5 +36,6 @@ rule time_gemm:
         timing=as_param(config["timing"]),
         disturbance=as_param(config["disturbance"]),
         backend=config["backend"],
+        ceilings_receipt=ceilings_receipt,
     script:
         "../workflow_scripts/time_gemm.py"

@@ -1,6 +1,7 @@
 # Roofline points of every timed configuration against the ceilings of its own machine (model
 # bytes), hierarchical points from trusted, correctly paired hardware counters, and per ceilings
-# run what the report draws beside them: cache capacities, datasheet roofs, stage bounds.
+# run what the report draws beside them: cache capacities, datasheet roofs, stage bounds; and each
+# timed point that got no Roofline point, with why.
 rule roofline:
     input:
         ceilings=ceilings_receipts,
@@ -13,6 +14,7 @@ rule roofline:
         caches="results/roofline/cache_capacities.parquet",
         datasheets="results/roofline/datasheet_roofs.parquet",
         stages="results/roofline/stage_bounds.parquet",
+        unplaced="results/roofline/unplaced_points.parquet",
         inputs="results/roofline/roofline_inputs.parquet",
     log:
         "logs/roofline.log",

@@ -16,5 +16,6 @@ rule time_workload:
         timing=as_param(config["timing"]),
         disturbance=as_param(config["disturbance"]),
         backend=config["backend"],
+        ceilings_receipt=ceilings_receipt,
     script:
         "../workflow_scripts/time_workload.py"

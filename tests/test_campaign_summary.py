@@ -1,6 +1,9 @@
 """What a campaign says when it ends (rooflab.workflow, the Snakefile's onsuccess and onerror):
 from real receipts and the run folders they name, as the measuring jobs keep them."""
 
+import signal
+import subprocess
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -14,6 +17,7 @@ from rooflab.workflow import (
     say_campaign_failed,
     write_receipt,
 )
+from tests.conftest import installed_script
 
 NOTE = "auto: no CUDA device (cupy is not installed); fell back to cpu"
 
@@ -123,3 +127,38 @@ def test_a_failed_campaign_names_the_logs_to_read(tmp_path, capsys):
     ]
     say_campaign_failed([str(tmp_path / "missing.log")])
     assert "Snakemake's log says what failed" in capsys.readouterr().out
+
+
+STOPPABLE = """
+from rooflab.workflow import say_campaign_failed
+
+rule all:
+    input: "done.txt"
+
+rule slow:
+    output: "done.txt"
+    shell: "touch started.txt; sleep 4; touch {output}"
+
+onerror:
+    say_campaign_failed(log)
+"""
+
+
+def test_a_campaign_stopped_by_sigterm_says_nothing_failed(tmp_path):
+    """Real Snakemake, sent SIGTERM while a job runs: it lets the job finish, then stops; the
+    campaign's closing words say it was stopped, not that something failed."""
+    (tmp_path / "Snakefile").write_text(STOPPABLE)
+    snakemake = subprocess.Popen(
+        [installed_script("snakemake"), "--cores", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    snakemake.send_signal(signal.SIGTERM)
+    out, _ = snakemake.communicate(timeout=120)
+    assert (
+        "rooflab: the campaign was stopped on request (SIGTERM or Ctrl-C) after its running "
+        "jobs finished; nothing failed"
+    ) in out, out
+    assert "says what failed" not in out

@@ -5,9 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from rooflab.backends.base import CeilingLoad, LocalCache
+from rooflab.backends.base import CeilingLoad, LocalCache, flush_size
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import ConfigError, validate_config
+from rooflab.experiments.cache_edges import FALL
 from rooflab.experiments.ceiling_plan import (
     QUICK,
     CeilingSettings,
@@ -19,6 +20,7 @@ from rooflab.experiments.ceiling_windows import time_workload
 from rooflab.experiments.ceilings import run_ceilings
 from rooflab.experiments.stopping import StoppingRule
 from rooflab.records import read_run, to_table
+from rooflab.vocabulary import measured_cache_bytes
 from tests.conftest import clean_round, used_windows
 
 KiB, MiB = 1024, 1024 * 1024
@@ -245,16 +247,24 @@ def test_a_local_cache_is_swept_per_unit_and_its_plateau_is_inside_one_unit():
     sizes = [r["working_set_bytes"] for r in local]
     assert sizes == sorted(sizes) and sizes[0] == 4 * KiB and sizes[-1] >= 3 * l1d
     assert sizes[-1] <= 4 * l1d  # per core, not per core x threads
-    for row in local:
-        assert row["level"] == ("L1" if row["working_set_bytes"] <= l1d // 2 else None)
     (ceiling,) = [r for r in tables["ceilings"] if r["kernel"] == "read_local"]
-    assert ceiling["name"] == "L1" and ceiling["working_set_max_bytes"] <= l1d // 2
+    # its plateau: up to its measured edge (within EDGE_BEYOND_REPORTED x one core's L1d), or,
+    # where no fall shows, up to half of it
+    edge = ceiling["cache_bytes_measured"]
+    assert edge is None or edge <= 1.5 * l1d
+    end = edge or l1d // 2
+    for row in local:
+        if row["working_set_bytes"] > end:
+            assert row["level"] is None
+    assert ceiling["name"] == "L1" and ceiling["working_set_max_bytes"] <= end
     on_plateau = [r for r in local if r["level"] == "L1"]
     clean_points = [r for r in on_plateau if not r["disturbed"]]
     assert ceiling["value"] == max(r["value"] for r in clean_points or on_plateau)
     assert ceiling["disturbed"] == (not clean_points)
     assert "per-SM working sets" in ceiling["method"] and "the L1d of one core" in ceiling["method"]
-    # the shared sweep and its levels are untouched
+    # the shared sweep and its levels are untouched, and its explicit cap holds
+    shared = [r["working_set_bytes"] for r in tables["ceiling_sweep"] if r["kernel"] == "read"]
+    assert max(shared) <= 2 * MiB
     assert {r["kernel"] for r in tables["ceilings"] if r["kind"] == "bandwidth"} == {
         "read",
         "read_local",
@@ -266,3 +276,72 @@ def test_backends_without_a_local_cache_get_no_local_sweep(quick_ceilings):
     _, tables = quick_ceilings
     narrower = {f"triad_{isa}" for isa in CpuBackend().fma_isas()[1:]}  # triad_avx2 on AVX-512
     assert set(tables["ceiling_sweep"].column("kernel").to_pylist()) == {"triad", *narrower}
+
+
+def test_quick_ceilings_find_each_cache_edge_and_stop_once_the_memory_plateau_holds(
+    quick_ceilings,
+):
+    _, tables = quick_ceilings
+    rows = tables["ceilings"].to_pylist()
+    caches = CpuBackend().cache_bytes_by_level()
+    sweep = [p for p in tables["ceiling_sweep"].to_pylist() if p["kernel"] == "triad"]
+    clean = {p["working_set_bytes"]: p["value"] for p in sweep if not p["disturbed"]}
+    triad = {r["name"]: r for r in rows if r["kind"] == "bandwidth" and r["kernel"] == "triad"}
+    for level in caches:  # a measured edge: its plateau's last point, every larger one below it
+        edge = triad[level]["cache_bytes_measured"]
+        if edge is not None:
+            assert triad[level]["working_set_max_bytes"] == edge and edge in clean
+            assert all(v < (1 - FALL) * triad[level]["value"] for s, v in clean.items() if s > edge)
+    assert measured_cache_bytes(rows).keys() <= caches.keys()
+    # The sweep stops past the last cache only on an established memory plateau (points spanning
+    # an octave, each within FALL of their median, from 4x the last edge), else at its cap.
+    memory = triad["DRAM"]
+    largest = max(p["working_set_bytes"] for p in sweep)
+    if "no plateau established" in memory["method"]:
+        assert largest >= 0.97 * 8 * sum(caches.values())
+    else:
+        plateau = [v for s, v in clean.items() if s >= memory["working_set_min_bytes"]]
+        assert len(plateau) >= 3 and largest == memory["working_set_max_bytes"]
+        assert memory["working_set_max_bytes"] >= 1.99 * memory["working_set_min_bytes"]
+        assert max(plateau) <= (1 + FALL) * statistics.median(plateau)
+        assert min(plateau) >= (1 - FALL) * statistics.median(plateau)
+        assert (
+            memory["working_set_min_bytes"] >= 4 * triad[list(caches)[-1]]["cache_bytes_measured"]
+        )
+
+
+def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_speed(
+    quick_ceilings,
+):
+    """The flush sized from the measured last-level edge still evicts it: right after it, a read
+    of a working set that fits in that level (half its edge) is no faster than a read of memory,
+    while warm the same read is clearly faster. Reads alternate in one process, and each figure
+    is a median of rounds, so a slow spell of a shared machine moves all three alike."""
+    rows = quick_ceilings[1]["ceilings"].to_pylist()
+    backend = CpuBackend()
+    caches = backend.cache_bytes_by_level()
+    last = max(caches, key=caches.get)
+    edge = measured_cache_bytes(rows).get(last)
+    if edge is None:
+        pytest.skip(f"this machine's sweep showed no fall from its {last}")
+    backend.size_flush(edge, "the quick ceilings run")
+    assert backend.flush_bytes == flush_size(caches, edge)[0] <= 2 * sum(caches.values())
+    assert f"{edge} B {last} edge" in backend.flush_method
+    threads = backend.default_threads()
+    inside = backend.stream_workload("read", edge // 2, threads)
+    memory = backend.stream_workload("read", 2 * backend.flush_bytes, threads)
+
+    def rate(workload) -> float:
+        return workload.amount_per_unit / backend.time_call(lambda: workload.run(1))
+
+    cold, warm, far = [], [], []
+    for _ in range(9):
+        far.append(rate(memory))
+        backend.flush_cache()
+        cold.append(rate(inside))
+        inside.run(1)
+        warm.append(rate(inside))
+    cold, warm, far = (statistics.median(r) for r in (cold, warm, far))
+    figures = f"cold {cold / 1e9:.1f}, warm {warm / 1e9:.1f}, memory {far / 1e9:.1f} GB/s"
+    assert warm > 1.2 * far, figures  # the level is faster than memory: the check can fail
+    assert cold < (1 + FALL) * far, figures

@@ -26,7 +26,8 @@ from rooflab.backends.cuda_kernels import (
     stream_pass_bytes,
     stream_vectors,
 )
-from rooflab.experiments.ceiling_plan import DRAM_ABOVE, plateaus, working_set_sizes
+from rooflab.experiments.cache_edges import MEMORY_ABOVE, level_windows
+from rooflab.experiments.ceiling_plan import plateaus, working_set_sizes
 
 KiB, MiB = 1 << 10, 1 << 20
 H200_L2 = 60 * MiB  # cudaDevAttrL2CacheSize on the H200 of docs/measurements
@@ -50,15 +51,29 @@ def test_every_point_of_the_memory_plateau_runs_one_pass_and_no_point_of_the_l2s
     """The threshold is where the sweep's memory plateau begins: every point that can set the
     HBM ceiling runs the one-pass form, every point that can set the L2 ceiling the resident
     grid."""
-    assert ONE_PASS_ABOVE_L2 == DRAM_ABOVE
-    windows = plateaus({"L2": H200_L2}, 8 * H200_L2, "HBM")
-    for size in working_set_sizes(1 * MiB, 8 * H200_L2, 8):
-        one_pass = one_pass_per_launch(size, H200_L2, RESIDENT, RESIDENT)
-        lo, hi = windows["HBM"]
-        if lo <= size <= hi:
-            assert one_pass, size
-        if windows["L2"][0] <= size <= windows["L2"][1]:
-            assert not one_pass, size
+    assert ONE_PASS_ABOVE_L2 == MEMORY_ABOVE
+    sizes = working_set_sizes(1 * MiB, 8 * H200_L2, 8)
+    # as the reported L2 places them, and as a sweep finds them, whatever L2 edge it shows
+    # (CudaBackend.memory_sweep_from: the HBM plateau never starts below the threshold)
+    found, edges = [], (20 * MiB, 40 * MiB, H200_L2)
+    for edge in edges:
+        rates = {size: 7.0 if size <= edge else 3.0 for size in sizes}
+        windows, _ = level_windows(
+            rates, {"L2": H200_L2}, "HBM", 8 * H200_L2, ONE_PASS_ABOVE_L2 * H200_L2
+        )
+        found.append(windows)
+    for windows in [plateaus({"L2": H200_L2}, 8 * H200_L2, "HBM"), *found]:
+        for size in sizes:
+            one_pass = one_pass_per_launch(size, H200_L2, RESIDENT, RESIDENT)
+            lo, hi = windows["HBM"]
+            if lo <= size <= hi:
+                assert one_pass, size
+            if windows["L2"][0] <= size <= windows["L2"][1]:
+                assert not one_pass, size
+    # each edge found: the last point at or below the fall
+    assert all(
+        edge / 2 ** (1 / 8) <= w["L2"][1] <= edge for edge, w in zip(edges, found, strict=True)
+    )
 
 
 def test_the_forms_are_named_in_the_kernel_file_and_in_runs_machine():

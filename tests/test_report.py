@@ -463,7 +463,15 @@ def test_ceiling_sweep_marks_each_cache_level_this_process_can_fill(built, store
     by_level = cache_bytes_by_level(json.loads(machine.as_py()))
     spec = built.specs["ceiling_sweep"]
     rules = [r for rows in spec["datasets"].values() for r in rows if set(r) == {"x", "label"}]
-    assert rules and {r["label"].split()[0]: r["x"] for r in rules} == by_level
+    measured = {r["label"].split()[0]: r["x"] for r in rules if r["label"].endswith(" measured")}
+    reported = {r["label"].split()[0]: r["x"] for r in rules if "measured" not in r["label"]}
+    assert rules and reported == by_level
+    # beside each, where the sweep saw the level's fall, its measured edge
+    edges = query(
+        store,
+        "SELECT level, measured_bytes FROM latest_cache_capacities WHERE measured_bytes NOT NULL",
+    ).to_pylist()
+    assert measured == {e["level"]: e["measured_bytes"] for e in edges}
 
 
 def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, store):

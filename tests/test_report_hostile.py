@@ -326,9 +326,10 @@ def test_a_name_with_a_slash_does_not_crash_the_cli(hostile, tmp_path):
 def test_names_that_would_still_share_a_chart_are_refused_in_one_line(
     hostile, tmp_path, monkeypatch, capsys
 ):
-    from rooflab.report import build
+    from rooflab.report import build, sweep_charts
 
-    monkeypatch.setattr(build, "name_part", lambda name: "same")  # every sweep one chart name
+    for module in (build, sweep_charts):  # every sweep one chart name
+        monkeypatch.setattr(module, "name_part", lambda name: "same")
     assert main(["report", "--db", str(hostile["db"]), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "share the name(s) " in err and "reuse_time_same" in err

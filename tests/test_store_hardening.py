@@ -4,6 +4,7 @@ temporary files are removed by the next rebuild. Real DuckDB files, real Parquet
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from rooflab.store import (
     read_view,
     rebuild,
 )
-from tests.conftest import run_rooflab
+from tests.conftest import installed_script, run_rooflab
 from tests.test_store import (
     T0,
     file_row_counts,
@@ -348,3 +349,115 @@ def test_the_next_rebuild_removes_what_a_killed_rebuild_left(results, db, capsys
         f"rooflab: removed {stale}, left by a rebuild that was killed\n"
     )
     assert not stale.exists() and alive.exists()
+
+
+# -- issue 40: ingest reads the store back before it says it succeeded -----------------------------
+
+
+def damage_a_block_of(db: Path, table: str) -> int:
+    """Overwrite bytes inside a data block of `table` (one no other table uses), past the block's
+    checksum, as a disk that flips bits does; the file still opens. The block's byte offset."""
+    with duckdb.connect(str(db), read_only=True) as connection:
+        size = connection.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+        block_size = size[0]
+        blocks = {
+            name: {
+                row[0]
+                for row in connection.execute(
+                    f"SELECT DISTINCT block_id FROM pragma_storage_info('{name}') "
+                    "WHERE block_id >= 0"
+                ).fetchall()
+            }
+            for (name,) in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+        }
+    others = set().union(*(ids for name, ids in blocks.items() if name != table))
+    block = min(blocks[table] - others)
+    offset = 3 * 4096 + block * block_size  # after the file's three 4 KiB headers
+    with db.open("r+b") as stream:
+        stream.seek(offset + 64)
+        stream.write(b"\xff" * 64)
+    return offset
+
+
+def test_ingest_fails_in_one_line_on_a_store_with_a_damaged_block(results, db):
+    """Found by an adversarial run: `rooflab store ingest` exited 0 on a store with a corrupt
+    block that queries then failed on. Now it reads every table back whole first."""
+    run_dirs = two_machines(results)
+    ingest(db, results)
+    offset = damage_a_block_of(db, "conditions")  # a table ingest itself does not read
+    with duckdb.connect(str(db), read_only=True) as connection:  # opens and counts, but ...
+        assert connection.execute("SELECT count(*) FROM conditions").fetchone() == (12,)
+        with pytest.raises(duckdb.Error, match="Corrupt database file"):  # ... cannot be read
+            connection.execute("SELECT * FROM conditions").fetchall()
+    new_run = gemm_run(results, started_at=T0 + timedelta(hours=5))
+    result = run_rooflab("store", "ingest", "--db", db, "--results", results)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""  # no line that says it added the run
+    assert re.fullmatch(
+        re.escape(f"rooflab: error: {db}: table conditions cannot be read back (Corrupt database ")
+        + r"file: computed checksum \d+ does not match stored checksum \d+ "
+        + re.escape(
+            f"in block at location {offset}); the kept run folders are not damaged: `rooflab "
+            "store rebuild` recreates the store from them\n"
+        ),
+        result.stderr,
+    ), result.stderr
+    # the repair it names
+    result = run_rooflab("store", "rebuild", "--db", db, "--results", results, cwd=results)
+    assert result.returncode == 0, result.stderr
+    assert store_row_counts(db) == file_row_counts([*run_dirs, new_run])
+    assert query(db, "SELECT count(*) AS n FROM (SELECT * FROM conditions)")["n"][0].as_py() > 12
+
+
+def test_ingest_names_the_damaged_table_it_reads_itself(results, db):
+    """A damaged block that ingest reads on its way (the runs table: which runs are stored) is
+    named the same way, not a DuckDB traceback."""
+    two_machines(results)
+    ingest(db, results)
+    damage_a_block_of(db, "runs")
+    gemm_run(results, started_at=T0 + timedelta(hours=5))
+    result = run_rooflab("store", "ingest", "--db", db, "--results", results)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(
+        f"rooflab: error: {db}: table runs cannot be read back (Corrupt database file: "
+    )
+    assert result.stderr.endswith("`rooflab store rebuild` recreates the store from them\n")
+    assert result.stderr.count("\n") == 1
+
+
+def test_the_ingest_rule_fails_in_one_line_on_a_damaged_store(results, db, tmp_path):
+    """The workflow's ingest job (workflow_scripts/ingest.py, run by Snakemake): the same check,
+    one line in its log, no receipt, so the campaign does not end as if the store were good."""
+    two_machines(results)
+    ingest(db, results)
+    damage_a_block_of(db, "conditions")
+    gemm_run(results, started_at=T0 + timedelta(hours=5))
+    receipt, log = tmp_path / "store" / "ingest.json", tmp_path / "logs" / "ingest.log"
+    (tmp_path / "Snakefile").write_text(
+        textwrap.dedent(
+            f"""
+            rule ingest:
+                output:
+                    receipt="{receipt}",
+                log:
+                    "{log}",
+                params:
+                    db="{db}",
+                    results="{results}",
+                script:
+                    "{REPO / "workflow_scripts" / "ingest.py"}"
+            """
+        )
+    )
+    result = subprocess.run(
+        [installed_script("snakemake"), "--cores", "1", "--directory", tmp_path],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0, result.stdout + result.stderr
+    text = log.read_text()
+    assert "Traceback" not in text and len(text.splitlines()) == 1, text
+    assert f" ERROR {db}: table conditions cannot be read back (Corrupt database file: " in text
+    assert not receipt.exists()

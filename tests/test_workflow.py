@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -140,6 +141,43 @@ def test_campaign_fills_the_store(campaign):
         assert (campaign / "logs" / f"{log}.log").stat().st_size > 0
     for counted in ("sweeps/a", "workloads/fused"):
         assert (campaign / "logs" / "counters" / counted / "local.log").stat().st_size > 0
+
+
+def test_cold_samples_flush_as_sized_from_the_campaigns_ceilings(campaign):
+    """The ceilings job runs first, and each timing job sizes its cold flush from the last cache
+    level's edge that run measured (backends.base.flush_size), or says it used the reported rule."""
+    (ceilings_run,), *_ = sql(campaign, "SELECT run_id FROM runs WHERE kind = 'ceilings'")
+    ((edge, reported),) = sql(
+        campaign,
+        "SELECT measured_bytes, (SELECT sum(bytes) FROM cache_capacities) FROM cache_capacities "
+        "ORDER BY bytes DESC LIMIT 1",
+    )
+    cold = sql(
+        campaign,
+        "SELECT flush_method, flush_bytes FROM gemm_points WHERE cache_state = 'cold' "
+        "UNION ALL SELECT flush_method, flush_bytes FROM workload_points "
+        "WHERE cache_state = 'cold'",
+    )
+    assert cold
+    for method, flush_bytes in cold:
+        if edge is None:
+            assert "2x the summed reported" in method and flush_bytes == 2 * reported
+        else:
+            assert f"{edge} B" in method and f"ceilings run {ceilings_run}" in method
+            assert 2 * edge <= flush_bytes <= max(2 * reported, 2 * edge)
+
+
+def test_every_timed_point_is_placed_or_stored_as_unplaced(campaign):
+    """The roofline rule's unplaced_points reach the store through ingest, and with the model
+    points they account for every timed point."""
+    unplaced = pq.read_metadata(campaign / "results/roofline/unplaced_points.parquet").num_rows
+    assert sql(campaign, "SELECT count(*) FROM unplaced_points") == [(unplaced,)]
+    timed = sql(
+        campaign,
+        "SELECT (SELECT count(*) FROM gemm_points) + (SELECT count(*) FROM workload_points)",
+    )[0][0]
+    placed = sql(campaign, "SELECT count(*) FROM roofline_points WHERE q_source = 'model'")[0][0]
+    assert timed > 0 and placed + unplaced == timed
 
 
 def test_workloads_reach_the_roofline_and_their_comparison(campaign):

@@ -1,13 +1,16 @@
 """Rule ingest: add every kept run (and the recomputed Roofline points) to the database. A run with
-a bad file is set aside and named, every good run is stored, and then the job fails."""
+a bad file is set aside and named, every good run is stored, and then the job fails. A store that
+cannot be read back whole after it (a damaged block), or held by another process, fails the job in
+one line naming the file; a full disk too (rooflab.workflow.log_to)."""
 
 import sys
 
-from rooflab.store import ingest
-from rooflab.workflow import log_to, write_receipt
+from rooflab.store import StoreError, ingest
+from rooflab.workflow import fails_in_one_line, log_to, write_receipt
 
 log = log_to(snakemake.log[0])
-report = ingest(snakemake.params.db, snakemake.params.results, strict=False)
+with fails_in_one_line(log, StoreError):
+    report = ingest(snakemake.params.db, snakemake.params.results, strict=False)
 log.info("%s", report)
 for line in report.set_aside_lines():
     log.error("%s", line)

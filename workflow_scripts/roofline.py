@@ -7,7 +7,7 @@ rows are then what a rebuild gives (the rule's inputs only order it after the me
 import json
 from pathlib import Path
 
-from rooflab.roofline import analyse_results, roof_faults, write_analysis
+from rooflab.roofline import analyse_results, roof_faults, unplaced_line, write_analysis
 from rooflab.workflow import log_to
 
 log = log_to(snakemake.log[0])
@@ -25,8 +25,8 @@ for fault in roof_faults(analysis.points.model):
     log.warning(fault)
 if analysis.points.dropped:
     log.warning("%d timed point(s) have no Roofline point:", len(analysis.points.dropped))
-    for why in analysis.points.dropped:
-        log.warning("  %s", why)
+    for row in analysis.points.dropped:
+        log.warning("  %s", unplaced_line(row))
 write_analysis(analysis, folder)
 points, inputs = analysis.points, analysis.tables["roofline_inputs"]
 log.info(

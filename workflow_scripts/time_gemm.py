@@ -3,6 +3,7 @@
 import json
 
 from rooflab.backends.selection import select_backend
+from rooflab.experiments.cache_edges import size_flush_from_ceilings
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
 from rooflab.workflow import keep_run, log_to, read_receipt, ready_to_keep
@@ -15,6 +16,7 @@ timing = TimingSettings.from_config(
     json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
 )
 backend = select_backend(snakemake.params.backend)
+log.info("%s", size_flush_from_ceilings(backend, snakemake.params.ceilings_receipt))
 tables = run_gemm_sweep(
     backend, sweep_name, sweep, timing, passed_config_ids=set(checked["passed"])
 )

@@ -3,6 +3,7 @@
 import json
 
 from rooflab.backends.selection import select_backend
+from rooflab.experiments.cache_edges import size_flush_from_ceilings
 from rooflab.experiments.timing import TimingSettings
 from rooflab.experiments.workload_cases import run_workload
 from rooflab.workflow import fails_in_one_line, keep_run, log_to, ready_to_keep
@@ -14,8 +15,10 @@ name, spec = snakemake.wildcards.workload, json.loads(snakemake.params.workload)
 timing = TimingSettings.from_config(
     json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
 )
+backend = select_backend(snakemake.params.backend)
+log.info("%s", size_flush_from_ceilings(backend, snakemake.params.ceilings_receipt))
 with fails_in_one_line(log, WorkloadError):  # one line naming the workload and the case
-    tables = run_workload(select_backend(snakemake.params.backend), name, spec, timing)
+    tables = run_workload(backend, name, spec, timing)
 failed = sorted(row["config_id"] for row in tables["correctness"] if not row["passed"])
 for config_id in failed:
     log.warning("%s failed its check; it was not timed", config_id)

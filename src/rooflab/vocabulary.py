@@ -1,10 +1,12 @@
 """The words every layer shares, defined once: the cache states a measurement is taken in and how
 a counter replay's cache control pairs with them, the compute path a GEMM is judged against, and
-the names of the memory behind the caches. Cache states are strings underneath (a StrEnum), so they
-are stored, printed and compared as the words themselves."""
+the names of the memory behind the caches, and the cache capacities a ceilings run measured. Cache
+states are strings underneath (a StrEnum), so they are stored, printed and compared as the words
+themselves."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -111,3 +113,14 @@ def too_many_points(lengths: dict[str, int]) -> str | None:
         f"{total:,} points ({product}), over the {MAX_POINTS_PER_SWEEP:,} a sweep may have; "
         "split it or thin its lists"
     )
+
+
+def measured_cache_bytes(ceilings: Iterable[dict]) -> dict[str, int]:
+    """Each cache level's measured capacity in a ceilings run (its `ceilings` rows): the largest
+    edge any of its sweeps saw (cache_bytes_measured); a level no sweep saw fall is absent."""
+    measured: dict[str, int] = {}
+    for row in ceilings:
+        if row["kind"] == "bandwidth" and row.get("cache_bytes_measured"):
+            level = row["name"]
+            measured[level] = max(measured.get(level, 0), row["cache_bytes_measured"])
+    return measured

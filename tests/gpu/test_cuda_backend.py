@@ -15,10 +15,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rooflab.backends.base import flush_size
 from rooflab.backends.cuda_kernels import BLOCK, READ_SENTINEL, one_pass_blocks
 from rooflab.backends.selection import select_backend
 from rooflab.devices import matching_preset
-from rooflab.experiments.ceiling_plan import QUICK
+from rooflab.experiments.cache_edges import FALL, level_windows
+from rooflab.experiments.ceiling_plan import QUICK, working_set_sizes
 from rooflab.experiments.ceilings import run_ceilings
 from rooflab.experiments.correctness import check_gemm
 from rooflab.experiments.gemm import run_gemm_sweep
@@ -135,6 +137,55 @@ def test_flush_is_twice_the_l2_and_evicts_it(cuda):
         cuda.flush_cache()
         cold.append(cuda.time_call(lambda: workload.run(1)))
     assert statistics.median(cold) > 1.3 * warm
+
+
+def test_the_flush_sized_from_the_measured_l2_edge_leaves_a_cold_read_at_hbm_speed(cuda):
+    """The read sweep's L2 edge, found by the CPU's rules (cache_edges), sizes the flush
+    (flush_size); right after that flush a read of half the edge is no faster than a read of
+    HBM, while warm it is clearly faster, and the HBM plateau starts where every point runs the
+    one-pass form (memory_sweep_from)."""
+    caches = cuda.cache_bytes_by_level()
+    l2, threads = caches["L2"], cuda.default_threads()
+    rates = {}
+    for size in working_set_sizes(1 * MiB, 8 * l2, 4):
+        workload = cuda.stream_workload("read", size, threads)
+        workload.run(2)
+        seconds = statistics.median(cuda.time_call(lambda w=workload: w.run(4)) for _ in range(5))
+        rates[workload.working_set_bytes or workload.amount_per_unit] = (
+            4 * workload.amount_per_unit / seconds
+        )
+    windows, edges = level_windows(rates, caches, "HBM", 8 * l2, cuda.memory_sweep_from())
+    edge = edges[0].measured_bytes
+    shown = {size >> 20: round(rate / 1e12, 2) for size, rate in sorted(rates.items())}
+    assert edge is not None and edge <= 1.5 * l2, shown  # MiB: TB/s
+    assert windows["HBM"][0] >= cuda.memory_sweep_from() == 4 * l2
+    reported = cuda.flush_bytes, cuda.flush_method
+    cuda.size_flush(edge, "this test's sweep")
+    try:
+        assert cuda.flush_bytes == flush_size(caches, edge)[0] and "edge measured" in (
+            cuda.flush_method
+        )
+        inside = cuda.stream_workload("read", edge // 2, threads)
+        memory = cuda.stream_workload("read", 2 * cuda.flush_bytes, threads)
+
+        def rate(workload) -> float:
+            return workload.amount_per_unit / cuda.time_call(lambda: workload.run(1))
+
+        cold, warm, far = [], [], []
+        for _ in range(20):
+            far.append(rate(memory))
+            cuda.flush_cache()
+            cold.append(rate(inside))
+            warm.append(rate(inside))
+        cold, warm, far = (statistics.median(r) for r in (cold, warm, far))
+        figures = f"cold {cold / 1e12:.2f}, warm {warm / 1e12:.2f}, HBM {far / 1e12:.2f} TB/s"
+        print(f"L2 edge {edge >> 20} MiB, flush {cuda.flush_bytes >> 20} MiB: {figures}")
+        assert warm > 1.2 * far, figures
+        assert cold < (1 + FALL) * far, figures
+    finally:  # the session's backend flushes as it did
+        cuda.flush_bytes, why = flush_size(caches)
+        cuda._resize_flush(why)
+        assert (cuda.flush_bytes, cuda.flush_method) == reported
 
 
 def test_nvml_samples_in_the_background(cuda):

@@ -30,6 +30,30 @@ class BackendError(RuntimeError):
     """A backend that cannot do what was asked (unavailable, unsupported dtype, no memory)."""
 
 
+# The cold-cache flush passes over FLUSH_SAFETY x the last cache level's measured edge (where a
+# ceilings run of the machine saw it; cache_edges), else 2x the summed reported capacities.
+FLUSH_SAFETY = 4
+
+
+def flush_size(reported: dict[str, int], measured_last: int | None = None) -> tuple[int, str]:
+    """Bytes of the cold-cache flush and why that many. From the reported capacities: 2x their
+    sum (a non-inclusive L3 holds lines besides the L2s), at least 2x the last level. From the
+    last level's measured edge: FLUSH_SAFETY x it, no more than the reported rule, and never less
+    than 2x it nor 2x the summed levels below the last (a core's own caches, which no neighbour
+    shares): a VM's share of a socket's L3 is often far smaller than the L3 it reports."""
+    rule = 2 * sum(reported.values())
+    if measured_last is None or not reported:
+        return rule, "2x the summed reported cache capacity"
+    last = max(reported, key=reported.get)
+    private = 2 * sum(size for level, size in reported.items() if level != last)
+    size = max(min(FLUSH_SAFETY * measured_last, rule), 2 * measured_last, private)
+    return size, (
+        f"{FLUSH_SAFETY}x the {measured_last} B {last} edge measured by the ceilings sweep "
+        f"(reported {reported[last]} B), within [2x that edge and 2x the levels below it, "
+        "2x the summed reported capacity]"
+    )
+
+
 @dataclass
 class GemmOperands:
     """Y[M×N] = X[M×K]·W; W is K×N for layout nn and stored N×K (used transposed) for nt."""
@@ -124,10 +148,27 @@ class Backend(ABC):
 
     @abstractmethod
     def flush_cache(self) -> None:
-        """Evict the caches by writing a buffer >= 2x their capacity; not timed."""
+        """Evict the caches by passing over a buffer of flush_bytes; not timed."""
 
     flush_bytes: int
-    flush_method: str
+    flush_method: str  # how, over how many bytes, and why that many (flush_size's reason)
+
+    def size_flush(self, measured_last_bytes: int, source: str) -> None:
+        """Size the flush from the last cache level's measured edge (flush_size); `source` says
+        where it was measured (a ceilings run of this machine)."""
+        self.flush_bytes, why = flush_size(self.cache_bytes_by_level(), measured_last_bytes)
+        self._resize_flush(f"{why}; {source}")
+
+    def _resize_flush(self, why: str) -> None:
+        """Take flush_bytes and its reason into the flush (a backend whose buffer is already
+        allocated allocates it anew)."""
+        raise BackendError(f"backend {self.name} cannot resize its cache flush")
+
+    def memory_sweep_from(self) -> int:
+        """The smallest working set whose sweep point may set the memory's ceiling, besides
+        being past the last cache's measured edge (cache_edges.memory_plateau); 0: no other
+        bound."""
+        return 0
 
     # -- running and timing --
     @abstractmethod

@@ -19,7 +19,7 @@ from datetime import datetime
 import numpy as np
 
 from rooflab import machine
-from rooflab.backends.base import Backend, BackendError, CeilingLoad, GemmOperands
+from rooflab.backends.base import Backend, BackendError, CeilingLoad, GemmOperands, flush_size
 from rooflab.backends.random_operands import random_nonzero
 from rooflab.conditions import cpu as cpu_conditions
 
@@ -38,12 +38,9 @@ class CpuBackend(Backend):
         self.identity = machine.cpu_identity()
         self._caches = machine.cache_bytes_by_level(self.identity)
         # Evict every level: a non-inclusive L3 (AMD) holds lines besides the L2s, so the buffer
-        # is 2x the sum of all levels, which is >= 2x the last-level cache.
-        self.flush_bytes = 2 * sum(self._caches.values())
-        self.flush_method = (
-            f"read-modify-write by every core of a {self.flush_bytes} B buffer "
-            "(2x the summed cache capacity) before each sample"
-        )
+        # is 2x the sum of all levels, which is >= 2x the last-level cache; smaller where a
+        # ceilings run measured a smaller last level (size_flush).
+        self.flush_bytes, self._flush_why = flush_size(self._caches)
         # Allocated at the first flush: a backend built to check sizes (the Snakefile's
         # pre-flight, a dry run) allocates nothing; memory_available_bytes counts it either way.
         self._flush: tuple[list[np.ndarray], ThreadPoolExecutor] | None = None
@@ -120,6 +117,19 @@ class CpuBackend(Backend):
 
     def cache_bytes_by_level(self) -> dict[str, int]:
         return dict(self._caches)
+
+    @property
+    def flush_method(self) -> str:
+        return (
+            f"read-modify-write by every core of a {self.flush_bytes} B buffer "
+            f"({self._flush_why}) before each sample"
+        )
+
+    def _resize_flush(self, why: str) -> None:
+        self._flush_why = why
+        if self._flush is not None:  # allocated anew, at its new size, at the next flush
+            self._flush[1].shutdown()
+            self._flush = None
 
     def flush_cache(self) -> None:
         if self._flush is None:

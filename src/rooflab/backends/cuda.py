@@ -6,8 +6,9 @@ Read against DESIGN.md §4:
   kernel (kernels/timing.cu), the start event, the call, the stop event, and only then lets the
   stream go, so the interval holds the device's work back to back and none of the host's time to
   enqueue it. The host waits on the stop event (explicit synchronisation) before reading it.
-- Cold cache: `flush_cache` reads a device buffer of 2x the L2 size (cudaDevAttrL2CacheSize)
-  on the same stream, before the sample's events, leaving clean lines (as ncu's flush does).
+- Cold cache: `flush_cache` reads a device buffer of 2x the L2 size (cudaDevAttrL2CacheSize), or
+  sized from the L2 edge a ceilings run measured (base.flush_size), on the same stream, before
+  the sample's events, leaving clean lines (as ncu's flush does).
 - Conditions: NVML (rooflab.conditions.nvml), read only; a background sampler runs during each
   measurement.
 - GEMM: cublasGemmEx on rooflab's own cuBLAS handle (default math mode, host pointer mode), with
@@ -38,6 +39,7 @@ from rooflab.backends.base import (
     CeilingLoad,
     GemmOperands,
     LocalCache,
+    flush_size,
     nvtx_name,
 )
 from rooflab.backends.bfloat16 import BF16_NAN_BITS, bf16_bits_to_float32, float32_to_bf16_bits
@@ -50,6 +52,7 @@ from rooflab.backends.cuda_kernels import (
     FMA_FP16,
     FMA_FP32,
     FMA_FP64,
+    ONE_PASS_ABOVE_L2,
     READ_SENTINEL,
     STREAM_ARRAYS,
     STREAM_FUNCTIONS,
@@ -150,16 +153,11 @@ class CudaBackend(StreamLoads, CublasLtGemms, Backend):
         self.timing_note = ""
         self._samples_timed = 0
 
-        self.flush_bytes = 2 * self.l2_bytes
         # A read, not a write: it leaves the L2 holding clean lines of the buffer (dirty lines
         # left by earlier work are written back during the flush), as ncu's --cache-control all
         # does. A writing flush would leave a full L2 of dirty lines, whose write-back would land
-        # in the timed call's HBM traffic.
-        self.flush_method = (
-            f"read of a {self.flush_bytes} B device buffer (2x the {self.l2_bytes} B L2; "
-            "ld.global.cg, kernel stream_read) on the measuring stream before each sample, "
-            "outside its events"
-        )
+        # in the timed call's HBM traffic. 2x the L2, or sized from its measured edge (size_flush).
+        self.flush_bytes, self._flush_why = flush_size(self.cache_bytes_by_level())
         with self._stream:
             self._flush_buffer = cupy.zeros(self.flush_bytes // 8, dtype=cupy.float64)
             self._flush_sink = cupy.zeros(1, dtype=cupy.float64)
@@ -299,6 +297,25 @@ class CudaBackend(StreamLoads, CublasLtGemms, Backend):
 
     def cache_bytes_by_level(self) -> dict[str, int]:
         return {"L2": self.l2_bytes}
+
+    @property
+    def flush_method(self) -> str:
+        return (
+            f"read of a {self.flush_bytes} B device buffer ({self._flush_why}; ld.global.cg, "
+            "kernel stream_read) on the measuring stream before each sample, outside its events"
+        )
+
+    def _resize_flush(self, why: str) -> None:
+        self._flush_why = why
+        with self._stream:
+            self._flush_buffer = self._cp.zeros(self.flush_bytes // 8, dtype=self._cp.float64)
+        self.flush_cache()  # touched now: no first-use cost in a measurement
+        self.synchronize()
+
+    def memory_sweep_from(self) -> int:
+        # where read, copy and triad switch to one pass per launch, which moves HBM as fast as
+        # cudaMemcpy: every point that may set the HBM ceiling runs that form
+        return ONE_PASS_ABOVE_L2 * self.l2_bytes
 
     def flush_cache(self) -> None:
         n = self.flush_bytes // VECTOR_BYTES

@@ -66,7 +66,7 @@ def stream_pass_bytes(kernel: str, vectors: int) -> int:
 
 
 # Working sets of at least this many times the L2 run one pass per launch. That is where the
-# memory plateau begins (experiments.ceiling_plan.DRAM_ABOVE x the caches, the L2 alone on a GPU),
+# memory plateau begins at the earliest (CudaBackend.memory_sweep_from: MEMORY_ABOVE x the L2),
 # so every point that can set the HBM ceiling runs this form, which moves HBM as fast as
 # cudaMemcpy; the resident grid's passes do not. Below it, where the L2 holds most of the set, a
 # launch per pass would cost a few us against passes of a few us, so those keep in-kernel passes.

@@ -14,6 +14,7 @@ from rooflab.backends.base import Backend, BackendError
 from rooflab.backends.cuda_host_link import DEFAULT_BUFFER_BYTES, check_buffer, copy_bytes
 from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.config import ConfigError
+from rooflab.experiments.cache_edges import MEMORY_ABOVE, PLATEAU_ABOVE, PLATEAU_BELOW
 from rooflab.experiments.timing import TimingSettings
 from rooflab.model import tensor_bytes
 from rooflab.units import UnitError, format_quantity, parse_bytes
@@ -21,9 +22,6 @@ from rooflab.units import UnitError, format_quantity, parse_bytes
 # Headroom left for the interpreter, BLAS workspace and the rest of the machine (as for GEMMs).
 MEMORY_HEADROOM = 0.8
 
-# A level's plateau spans [PLATEAU_ABOVE x previous level, PLATEAU_BELOW x this level]; DRAM starts
-# at DRAM_ABOVE x the total cache capacity.
-PLATEAU_ABOVE, PLATEAU_BELOW, DRAM_ABOVE = 2.0, 0.5, 4.0
 # A backend's local cache (a GPU's L1) is swept per SM from LOCAL_MIN_BYTES to LOCAL_ABOVE x its
 # capacity, so the sweep shows the plateau and the fall into the next level.
 LOCAL_MIN_BYTES, LOCAL_ABOVE = 4 * 1024, 4
@@ -36,7 +34,9 @@ COARSE_PER_OCTAVE, EDGE_CHANGE = 1, 0.1
 @dataclass(frozen=True)
 class CeilingSettings:
     min_working_set_bytes: int = 16 * 1024
-    max_working_set_bytes: int | None = None  # None: 8x the total cache capacity
+    # The sweep's cap; None: 8x the total cache capacity. Either way the sweep stops earlier once
+    # the memory plateau is established (experiments.cache_edges.memory_plateau).
+    max_working_set_bytes: int | None = None
     points_per_octave: int = 4  # an adaptive sweep's finest step; a full sweep's every step
     adaptive: bool = True
     kernels: tuple[str, ...] = ("read", "copy", "triad")
@@ -169,14 +169,17 @@ def refine(measured: dict[int, float], settings: CeilingSettings) -> list[int]:
 
 
 def plateaus(
-    cache_bytes_by_level: dict[str, int], high: int, memory_level: str = "DRAM"
+    cache_bytes_by_level: dict[str, int], high: int, memory_level: str | None = "DRAM"
 ) -> dict[str, tuple[int, int]]:
-    """Working-set range of each level's plateau, levels in order of size, then the memory."""
+    """Working-set range of each level's plateau as the reported capacities place it, levels in
+    order of size, then the memory (None: none): where an adaptive sweep starts (sweep_start).
+    The windows its ceilings come from are found from its points (cache_edges.level_windows)."""
     windows, below = {}, 0
     for level, size in sorted(cache_bytes_by_level.items(), key=lambda item: item[1]):
         windows[level] = (int(PLATEAU_ABOVE * below), int(PLATEAU_BELOW * size))
         below = size
-    windows[memory_level] = (int(DRAM_ABOVE * sum(cache_bytes_by_level.values())), high)
+    if memory_level is not None:
+        windows[memory_level] = (int(MEMORY_ABOVE * sum(cache_bytes_by_level.values())), high)
     return windows
 
 
@@ -215,7 +218,8 @@ class CeilingsTooLarge(BackendError):
 
 
 def largest_working_set(backend: Backend, settings: CeilingSettings) -> int:
-    """The top of the bandwidth sweep: the configured size, or 8x the total cache capacity."""
+    """The most the bandwidth sweep may reach: the configured size, or 8x the total cache
+    capacity (reached only where the memory plateau is not established before it)."""
     return settings.max_working_set_bytes or 8 * sum(backend.cache_bytes_by_level().values())
 
 

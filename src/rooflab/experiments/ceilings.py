@@ -5,8 +5,9 @@ separate library paths.
 Each sweep point repeats its kernel many times inside one timed call (so call overhead vanishes),
 takes such windows until the stopping rule is met (experiments.ceiling_windows) and keeps their
 median. An adaptive sweep steps coarsely over the plateaus and refines only at the edges
-(ceiling_plan.refine). A level's ceiling is the best point median on its plateau: working sets
-well inside that level and well outside the one before it. The memory behind the last cache is
+(ceiling_plan.refine). Where each level's plateau ends is found from the sweep's own points
+(experiments.cache_edges), and the sweep stops growing once the memory's plateau is established.
+A level's ceiling is the best point median on its plateau. The memory behind the last cache is
 named by the backend (DRAM on a CPU, HBM on a GPU). A backend with a link to host memory (CUDA)
 also measures that link as the level `host` (experiments.host_link_ceilings).
 """
@@ -19,10 +20,17 @@ from typing import NamedTuple
 from rooflab.backends.base import Backend, CeilingLoad
 from rooflab.backends.cublaslt_args import LT_ONLY_DTYPES
 from rooflab.conditions.disturbance import Verdict, add_gpu_processes, wait_until_idle
+from rooflab.experiments.cache_edges import (
+    MEMORY_ABOVE,
+    PLATEAU_BELOW,
+    LevelEdge,
+    confirming_size,
+    level_windows,
+    memory_plateau,
+)
 from rooflab.experiments.ceiling_plan import (
     LOCAL_ABOVE,
     LOCAL_MIN_BYTES,
-    PLATEAU_BELOW,
     CeilingSettings,
     check_memory,
     check_supported,
@@ -92,8 +100,8 @@ def _run_ceilings(
     threads = settings.threads or backend.default_threads()
     caches = backend.cache_bytes_by_level()
     high = largest_working_set(backend, settings)
-    level_windows = plateaus(caches, high, backend.memory_level)
-    sizes = sweep_start(settings.min_working_set_bytes, high, settings, level_windows)
+    reported_windows = plateaus(caches, high, backend.memory_level)
+    sizes = sweep_start(settings.min_working_set_bytes, high, settings, reported_windows)
     tables: dict[str, list[dict]] = {
         "conditions": [],
         "ceilings": [],
@@ -101,16 +109,19 @@ def _run_ceilings(
         "samples": [],
     }
     local = backend.local_cache
-    local_windows = (
-        {local.level: (0, int(PLATEAU_BELOW * local.bytes_per_unit))} if local is not None else {}
-    )
+    local_levels = {local.level: local.bytes_per_unit} if local is not None else {}
     local_sizes = (
-        sweep_start(LOCAL_MIN_BYTES, LOCAL_ABOVE * local.bytes_per_unit, settings, local_windows)
+        sweep_start(
+            LOCAL_MIN_BYTES,
+            LOCAL_ABOVE * local.bytes_per_unit,
+            settings,
+            plateaus(local_levels, 0, None),
+        )
         if local is not None
         else []
     )
     widest = backend.fma_isas()[0]
-    narrow_sizes = [size for size in sizes if size <= narrower_sweep_end(level_windows)]
+    narrow_sizes = [size for size in sizes if size <= narrower_sweep_end(reported_windows)]
     working_sets = [
         size
         for _, isa, _ in stream_sweeps(settings.kernels, backend.fma_isas())
@@ -181,37 +192,68 @@ def _run_ceilings(
             progress.update(f"{rate / 1e9:.1f} GFLOP/s{note}")
         rounds += 1
 
-    def bandwidth_sweep(kernel, sizes, workload_for, level_windows, words, isa=None) -> None:
-        """Time `kernel` at each working set (refining an adaptive sweep at its edges); each
-        level's ceiling is its best plateau point. `isa`: the vector path of its loads and
-        stores, where the backend names one."""
+    def bandwidth_sweep(kernel, sizes, workload_for, levels, memory_level, words, isa=None):
+        """Time `kernel` at each working set, ascending, until the memory plateau behind the
+        `levels` (cache level -> reported bytes) is established (cache_edges.memory_plateau;
+        `memory_level` None: a sweep with no memory plateau), refining an adaptive sweep at its
+        edges; each level's ceiling is its best point on its plateau, found from the points
+        (cache_edges.level_windows). `isa`: the vector path of its loads and stores, where the
+        backend names one."""
         label, bits = backend.isa_label(isa) if isa else (None, None)
         vectors = f"{label} ({bits}-bit) loads and stores; " if label else ""
         wait_until_idle()
         config_id = f"stream/{kernel}"
         tables["conditions"].append(conditions_row(backend, run_id, "before", config_id))
         points: dict[int, SweepPoint] = {}
+        start_windows = plateaus(levels, high, memory_level)
+        memory_from = backend.memory_sweep_from()
+
+        def plateaus_found():
+            """The plateaus and edges of the clean points so far, whether the memory plateau
+            is established, and a working set that may establish it (None: none to add)."""
+            # by the working set each point really got (whole chunks per thread): the windows
+            # are compared with those
+            rates = {p.working_set: p.rate for p in points.values() if not p.verdict.disturbed}
+            windows, edges = level_windows(rates, levels, memory_level, high, memory_from)
+            ended = memory_level is not None and memory_plateau(rates, edges, memory_from)
+            confirm = None if ended else confirming_size(rates, edges, memory_from)
+            return windows, edges, bool(ended), confirm
+
+        ahead, extra = sorted(sizes), []  # the start, ascending; refinements and confirmations
         with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
-            while sizes:
-                for size in sizes:
-                    progress.start(
-                        f"{kernel} {format_quantity(size, 'bytes', 3)}",
-                        planned_sweep_point_s(settings, size),
-                    )
-                    workload = workload_for(size)
-                    below = [p for p in points.values() if p.working_set <= size]
-                    hint = max(below, key=lambda p: p.working_set).rate if below else None
-                    size_rule = window_rule(settings, _on_a_plateau(size, level_windows))
-                    windows = timed(workload, hint, size_rule)
-                    point = _sweep_point(workload, windows, kernel, config_id)
-                    # each point its own: a GPU's one-pass form launches a thread per vector
-                    point.row["threads"] = workload.threads or threads
-                    points[size] = point
-                    tables["samples"].extend(point.windows.sample_rows(run_id, point.point_id))
-                    note = " (disturbed)" if point.verdict.disturbed else ""
-                    progress.update(f"{point.rate / 1e9:.1f} GB/s{note}")
-                sizes = refine({size: p.rate for size, p in points.items()}, settings)
-                progress.add([planned_sweep_point_s(settings, size) for size in sizes])
+            while True:
+                found_windows, _, ended, confirm = plateaus_found()
+                if confirm is not None and confirm not in points and confirm not in extra:
+                    extra.insert(0, confirm)
+                    progress.add([planned_sweep_point_s(settings, confirm)])
+                if not extra and (ended or not ahead):
+                    extra = refine({size: p.rate for size, p in points.items()}, settings)
+                    progress.add([planned_sweep_point_s(settings, size) for size in extra])
+                    if not extra:
+                        break
+                size = extra.pop(0) if extra else ahead.pop(0)
+                progress.start(
+                    f"{kernel} {format_quantity(size, 'bytes', 3)}",
+                    planned_sweep_point_s(settings, size),
+                )
+                workload = workload_for(size)
+                below = [p for p in points.values() if p.working_set <= size]
+                hint = max(below, key=lambda p: p.working_set).rate if below else None
+                # on a plateau as reported or as found so far: its points are sampled in full
+                on = _on_a_plateau(size, start_windows) or _on_a_plateau(size, found_windows)
+                size_rule = window_rule(settings, on)
+                windows = timed(workload, hint, size_rule)
+                point = _sweep_point(workload, windows, kernel, config_id)
+                # each point its own: a GPU's one-pass form launches a thread per vector
+                point.row["threads"] = workload.threads or threads
+                points[size] = point
+                tables["samples"].extend(point.windows.sample_rows(run_id, point.point_id))
+                note = " (disturbed)" if point.verdict.disturbed else ""
+                progress.update(f"{point.rate / 1e9:.1f} GB/s{note}")
+        # the start's larger working sets, left once the memory plateau was established
+        progress.drop([planned_sweep_point_s(settings, size) for size in ahead])
+        windows_found, edges, ended, _ = plateaus_found()
+        edge_of = {edge.level: edge for edge in edges}
         tables["conditions"].extend(during_rows(run_id, during))
         tables["conditions"].append(conditions_row(backend, run_id, "after", config_id))
         flags = ceiling_flags(tables, {config_id}, settings.max_clock_change)
@@ -220,16 +262,17 @@ def _run_ceilings(
         ordered = sorted(points.values(), key=lambda point: point.working_set)
         for point in ordered:
             level = next(
-                (name for name, (lo, hi) in level_windows.items() if lo <= point.working_set <= hi),
+                (name for name, (lo, hi) in windows_found.items() if lo <= point.working_set <= hi),
                 None,
             )
             point.row.update(run_id=run_id, level=level, window_s=settings.window_s)
             point.row.update(add_gpu_processes(point.verdict, readings).columns())
             tables["ceiling_sweep"].append(point.row)
-        for level, (lo, hi) in level_windows.items():
+        for level, (lo, hi) in windows_found.items():
             on_plateau = [p for p in ordered if lo <= p.working_set <= hi]
             if not on_plateau:
                 continue  # the sweep did not reach this plateau; no ceiling is claimed
+            edge = edge_of.get(level)
             # The best clean point; only where every point was disturbed, the best of those,
             # and the ceiling carries that point's flag.
             clean_points = [p for p in on_plateau if not p.verdict.disturbed]
@@ -245,7 +288,8 @@ def _run_ceilings(
                     "unit": "B/s",
                     "method": (
                         f"best of {len(on_plateau)} sweep points with {words} in "
-                        f"[{lo}, {hi}] B, each the median of its windows of >= "
+                        f"[{lo}, {hi}] B ({_plateau_words(edge, ended)}), "
+                        f"each the median of its windows of >= "
                         f"{settings.window_s} s ({rule.describe()}); {vectors}STREAM byte "
                         f"convention, write-allocate traffic not counted"
                     ),
@@ -256,6 +300,7 @@ def _run_ceilings(
                     "working_set_min_bytes": min(p.working_set for p in on_plateau),
                     "working_set_max_bytes": max(p.working_set for p in on_plateau),
                     "n_points": len(on_plateau),
+                    "cache_bytes_measured": edge.measured_bytes if edge else None,
                     "config_id": top.point_id,
                     **top.stop.columns(),
                     **flags,
@@ -271,7 +316,8 @@ def _run_ceilings(
             lambda size, kernel=kernel, isa=isa: backend.stream_workload(
                 kernel, size, threads, isa
             ),
-            level_windows,
+            caches,
+            backend.memory_level,
             "working sets",
             isa,
         )
@@ -281,7 +327,8 @@ def _run_ceilings(
             local.kernel,
             local_sizes,
             lambda size: backend.local_cache_workload(size, threads),
-            local_windows,
+            local_levels,
+            None,
             f"per-SM working sets (each block a region of its own; {local.capacity_note})",
         )
         fma_round()
@@ -343,6 +390,23 @@ def _run_ceilings(
         )
     ]
     return tables
+
+
+def _plateau_words(edge: LevelEdge | None, established: bool) -> str:
+    """How a level's plateau was found (`edge`: a cache's; None: the memory's), for its
+    ceiling's `method`."""
+    if edge is None:
+        past = f"past {MEMORY_ABOVE:g}x the last cache's edge"
+        return f"its plateau {past}" if established else f"{past}; no plateau established"
+    if edge.measured_bytes is None:
+        return (
+            f"no fall from its plateau seen: it ends at {PLATEAU_BELOW:g}x the "
+            f"{edge.reported_bytes} B reported"
+        )
+    return (
+        f"up to its measured edge, the last working set on its plateau "
+        f"({edge.reported_bytes} B reported)"
+    )
 
 
 def _on_a_plateau(working_set: int, level_windows: dict[str, tuple[int, int]]) -> bool:

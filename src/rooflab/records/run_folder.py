@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rooflab.records.tables import DERIVED_TABLES, TABLES
+from rooflab.records.writable import space_for
 
 
 class RecordError(ValueError):
@@ -99,12 +100,14 @@ def write_run(out_dir: str | Path, run_id: str, tables: dict[str, list[dict]]) -
     final = out_dir / run_id
     partial = out_dir / f".{run_id}.partial"
     shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    for name, table in arrow_tables.items():
-        path = partial / f"{name}.parquet"
-        pq.write_table(table, path)
-        with path.open("rb") as stream:
-            os.fsync(stream.fileno())
+    # a full disk: one line naming the run folder, and no half-written `.partial` left behind
+    with space_for(final, "the run's tables", partial=[partial]):
+        partial.mkdir()
+        for name, table in arrow_tables.items():
+            path = partial / f"{name}.parquet"
+            pq.write_table(table, path)
+            with path.open("rb") as stream:
+                os.fsync(stream.fileno())
     os.rename(partial, final)  # atomic on one filesystem: the run appears whole
     _fsync_dir(out_dir)
     return final

@@ -22,7 +22,7 @@ from rooflab.records.columns import TIMESTAMP as _T
 # n_rounds and round_spread: its round medians' max / min - 1).
 # 4: compute ceilings per instruction path (ceilings.isa, vector_bits: fp64_fma is the widest
 # path, fp64_fma_avx2 a narrower one) and roofs a library GEMM beats (roof_beaten, its evidence).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # 5: each cache level's measured edge (ceilings.cache_bytes_measured)
 
 TABLES: dict[str, pa.Schema] = {
     "runs": pa.schema(
@@ -89,6 +89,7 @@ TABLES: dict[str, pa.Schema] = {
             ("working_set_min_bytes", _I),
             ("working_set_max_bytes", _I),
             ("n_points", _I),
+            ("cache_bytes_measured", _I),  # a cache's edge in this sweep; null: no fall seen
             # The instruction path of a CPU's kernels ("avx512", "avx2", "neon") and its vector
             # width; null where the backend has one unnamed path (a GPU's).
             ("isa", _S),
@@ -423,9 +424,9 @@ TABLES: dict[str, pa.Schema] = {
             ("executed_flops", _I),
         ]
     ),
-    # Derived, per ceilings run: the data-cache bytes per level this process could fill.
+    # Derived, per ceilings run: each cache level's bytes, reported and measured (its sweeps' edge).
     "cache_capacities": pa.schema(
-        [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I)]
+        [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I), ("measured_bytes", _I)]
     ),
     # Derived, per ceilings run: the figures of the datasheet preset (config/devices.yaml) whose
     # match names the run's device; kind "compute" (name: a path, FLOP/s; an integer path, OP/s)
@@ -470,6 +471,12 @@ TABLES: dict[str, pa.Schema] = {
     ),
     # Derived: every run the roofline step read; the store replaces exactly these runs' rows.
     "roofline_inputs": pa.schema([("run_id", _S), ("machine_id", _S), ("kind", _S)]),
+    # Derived: each timed point (a GEMM configuration or a workload case, in a cache state) that
+    # got no Roofline point: `reason` a code (roofline.points.UNPLACED_REASONS), `why` a sentence.
+    "unplaced_points": pa.schema(
+        [(name, _S) for name in ("run_id", "machine_id", "sweep", "config_id", "cache_state")]
+        + [("reason", _S), ("why", _S)]
+    ),
 }
 
 # Tables the roofline step derives from the run folders (results/roofline/<table>.parquet), each
@@ -479,6 +486,7 @@ DERIVED_TABLES = (
     "cache_capacities",
     "datasheet_roofs",
     "stage_bounds",
+    "unplaced_points",
     "roofline_inputs",
 )
 # Tables a measuring job writes into its run folder.

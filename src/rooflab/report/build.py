@@ -17,7 +17,13 @@ from rooflab.report.counter_charts import (
 from rooflab.report.history_charts import history_charts
 from rooflab.report.machine_charts import MachineRoofs, machines_chart
 from rooflab.report.names import duplicates, name_part
-from rooflab.report.page import Chart, MachineSection, index_html, table_html, vl_version
+from rooflab.report.page import (
+    Chart,
+    MachineSection,
+    index_html,
+    table_html,
+    vl_version,
+)
 from rooflab.report.roofline_chart import compute_roofs_in, points_in, roofline_chart
 from rooflab.report.roofline_points import roofline_title
 from rooflab.report.run_charts import (
@@ -25,15 +31,18 @@ from rooflab.report.run_charts import (
     change_chart,
     conditions_chart,
     distribution_chart,
+    left_out_note,
+    telling_changes,
+    telling_distributions,
 )
 from rooflab.report.schedule_charts import schedule_charts
 from rooflab.report.stage_charts import stage_bounds_chart
 from rooflab.report.summary import counters_summary_html, summary_html
 from rooflab.report.sweep_charts import (
+    SWEEPS_DRAWN,
     best_kernel_note,
     cache_marks,
-    reuse_efficiency_chart,
-    reuse_time_chart,
+    reuse_charts,
     sweep_chart,
 )
 from rooflab.report.workload_charts import (
@@ -45,7 +54,7 @@ from rooflab.report.workload_charts import (
     far_below_note,
     param_time_chart,
 )
-from rooflab.store import StoreError, connect_read_only
+from rooflab.store import StoreError, connect_read_only, space_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -126,8 +135,6 @@ def _counter_charts(
 def _charts(connection, scope) -> tuple[list[Chart], dict]:
     """The charts of one machine and backend (`scope`), in page order, and the facts its summary
     states."""
-    import pandas as pd
-
     ceilings = queries.ceilings(connection, scope)
     points = queries.points(connection, scope)
     failed = queries.failed(connection, scope)
@@ -218,7 +225,8 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                     "Ceiling sweep",
                     "Bandwidth of each kernel as the working set grows (newest ceilings run): "
                     "each drop marks a cache level left behind (dashed rules: total cache "
-                    "capacities), and each shaded plateau is where that level's ceiling was taken."
+                    "capacities as reported and, where the sweep saw a level's fall, as "
+                    "measured), and each shaded plateau is where that level's ceiling was taken."
                     + per_sm
                     + best_kernel_note(ceilings),
                     sweep_chart(
@@ -228,64 +236,11 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
             )
 
     gemms = points[points.params.isna()] if "params" in points else points  # not workloads
-    if not gemms.empty:
-        pts = gemms.assign(
-            series=gemms.dtype
-            + " "
-            + gemms.layout
-            + " N="
-            + gemms.n.astype(str)
-            + " K="
-            + gemms.k.astype(str)
-        )
-        for sweep_name, group in pts.groupby("sweep", sort=True):
-            long = pd.concat(
-                [
-                    group.assign(
-                        quantity="whole GEMM", source="measured median", seconds=group.median_s
-                    ),
-                    group.assign(
-                        quantity="whole GEMM", source="model lower bound", seconds=group.bound_s
-                    ),
-                    group.assign(
-                        quantity="per row (time / M)",
-                        source="measured median",
-                        seconds=group.median_s / group.m,
-                    ),
-                    group.assign(
-                        quantity="per row (time / M)",
-                        source="model lower bound",
-                        seconds=group.bound_s / group.m,
-                    ),
-                ]
-            )[["series", "cache_state", "m", "quantity", "source", "seconds"]]
-            part = name_part(sweep_name)
-            charts.append(
-                Chart(
-                    f"reuse_time_{part}",
-                    f"Sweep {sweep_name}: time vs M",
-                    "Solid: the measured median; dashed: the Roofline lower bound of the same "
-                    "configuration. The whole GEMM gets longer with M while the time per row falls "
-                    "as the weights are reused; the gap between the lines is the time lost to the "
-                    "roof.",
-                    reuse_time_chart(long, str(sweep_name)),
-                )
-            )
-            charts.append(
-                Chart(
-                    f"reuse_efficiency_{part}",
-                    f"Sweep {sweep_name}: efficiency vs M",
-                    f"Achieved {_rate(group)} over the attainable {_rate(group)} of the roof each "
-                    "point sits under (100 % is on the roof).",
-                    reuse_efficiency_chart(
-                        group[["series", "cache_state", "m", "efficiency", "limiter", "level"]],
-                        str(sweep_name),
-                    ),
-                )
-            )
+    charts += reuse_charts(gemms, scope)
 
     varying = queries.workload_param_points(connection, scope)
-    for workload, rows in varying.groupby("workload", sort=True):
+    workloads = list(varying.groupby("workload", sort=True))
+    for workload, rows in workloads[:SWEEPS_DRAWN]:  # a bounded page: the first by name
         charts.append(
             Chart(
                 f"workload_time_{name_part(workload)}",
@@ -294,9 +249,14 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 param_time_chart(rows.reset_index(drop=True), str(workload)),
             )
         )
+    if len(workloads) > SWEEPS_DRAWN:
+        sql = queries.view_sql("workload_param_points", scope, workload="<workload>")
+        charts[-1].notes_html += left_out_note(len(workloads), SWEEPS_DRAWN, "workloads", sql)
 
     quantiles = queries.sample_quantiles(connection, scope)
     if not quantiles.empty:
+        boxes = telling_distributions(quantiles)
+        what = "boxes, the disturbed and noisy first, then the widest spread"
         charts.append(
             Chart(
                 "distributions",
@@ -307,7 +267,10 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 "median; red boxes were flagged noisy (IQR / median above the threshold), purple "
                 "ones disturbed (other processes took time from the measurement; disturbed wins "
                 "over noisy).",
-                distribution_chart(quantiles),
+                distribution_chart(boxes),
+                left_out_note(
+                    len(quantiles), len(boxes), what, queries.view_sql("sample_quantiles", scope)
+                ),
             )
         )
 
@@ -333,6 +296,8 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
 
     change = queries.median_changes(connection, scope)
     if not change.empty:
+        moved = telling_changes(change)
+        what = "configurations, those slower or faster first, then the largest changes"
         charts.append(
             Chart(
                 "change",
@@ -342,7 +307,10 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 "± half the larger IQR / median of the two, so a dot outside it moved by more "
                 "than the noise. A ratio beyond the axis is drawn at its edge as a triangle "
                 "pointing out, its true value in the tooltip.",
-                change_chart(change),
+                change_chart(moved),
+                left_out_note(
+                    len(change), len(moved), what, queries.view_sql("median_changes", scope)
+                ),
             )
         )
     charts += history_charts(connection, scope)
@@ -363,13 +331,6 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
     for chart in charts:
         chart.name = scope.get("prefix", "") + chart.name
     return charts, facts
-
-
-def _rate(points: pd.DataFrame) -> str:
-    """The unit of a sweep's rates: OP/s where every point is an integer GEMM's, FLOP/s where
-    none is (a sweep of both: each point against its own roof, in its own unit)."""
-    units = set(points.work_unit.fillna("FLOP")) if "work_unit" in points else {"FLOP"}
-    return f"{units.pop()}/s" if len(units) == 1 else "FLOP/s (OP/s for integer GEMMs)"
 
 
 def _integer_note(roofs: list[str], points: pd.DataFrame) -> str:
@@ -455,13 +416,22 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
         # the chart laid out once (Vega), its PNG rasterised from that SVG: half the time of
         # laying it out twice, on a 400-box chart of a million samples most of the report's
         drawn = vlc.vegalite_to_svg(spec, vl_version=version)
-        svg.write_text(drawn, encoding="utf-8")
-        png.write_bytes(vlc.svg_to_png(drawn, scale=2))
+        _write(svg, drawn.encode("utf-8"))
+        _write(png, vlc.svg_to_png(drawn, scale=2))
         report.charts.append(chart.name)
         report.files += [png, svg]
     page = index_html(machines, report.specs, [side_by_side] if side_by_side else [])
     temporary = report.index.with_name(".index.html.tmp")
-    temporary.write_text(page, encoding="utf-8")
+    _write(temporary, page.encode("utf-8"), named=report.index)
     temporary.replace(report.index)
     report.files.append(report.index)
     return report
+
+
+def _write(path: Path, data: bytes, named: Path | None = None) -> None:
+    """One file of the report (`named`: the file it becomes). On a full disk the part written is
+    removed and DiskFull names the file; index.html is replaced last, so it stays the last whole
+    report."""
+    kept = "index.html was not replaced"
+    with space_for(named or path, "the report", kept=kept, partial=[path]):
+        path.write_bytes(data)

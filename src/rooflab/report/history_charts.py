@@ -26,6 +26,13 @@ LEGEND_KEYS = 20  # more lines than this: no legend (its colours would repeat), 
 PANEL_HEIGHT = 200
 MAX_X_TICKS = 12
 DENSE_RUNS = 40  # more runs than this sit a few pixels apart: thinner bars, smaller rings
+# Bounds that keep the chart one screenful whatever the store holds (a PNG of 100 stacked panels
+# is 80,000 px tall): the point panels (sweeps, workloads) whose keys moved, then the newest, up
+# to HISTORY_PANELS (every kind of ceiling too: a handful), each key's newest HISTORY_RUNS runs.
+# What is left out is a table under the chart, with the query for its rows.
+HISTORY_PANELS = 6
+HISTORY_RUNS = 100
+ROWS_LISTED = 50
 SHORT_SHA = 7
 MOVED = ("slower", "faster")
 CEILING_PANEL = " ceilings: rate"  # a panel's title: "bandwidth ceilings: rate"
@@ -43,13 +50,76 @@ HISTORY_HOW = (
 
 
 def history_charts(connection, scope) -> list[Chart]:
-    """The machine's history chart, with its changed keys under it; none where no key has two
-    runs yet."""
-    chart = history_chart(queries.history(connection, scope), scope)
-    if chart is None:
+    """The machine's history chart, with its changed keys under it and what it leaves out; none
+    where no key has two runs yet."""
+    rows = history_rows(queries.history(connection, scope))
+    if rows.empty:
         return []
-    notes = changes_html(queries.comparisons(connection, scope))
+    comparisons = queries.comparisons(connection, scope)
+    rows, left_out = pick_panels(rows, comparisons)
+    notes = changes_html(comparisons) + left_out_html(rows, left_out, scope)
+    chart = history_chart(rows, scope)
     return [Chart("history", "History of each measurement", HISTORY_HOW, chart, notes)]
+
+
+def pick_panels(rows: pd.DataFrame, comparisons: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of the panels drawn (every ceiling panel; the HISTORY_PANELS point panels with
+    the most keys that got slower or faster in their newest run, then those run last), in the
+    order drawn (`order`); and a row per point panel left out (name, keys, runs, newest run,
+    keys moved), in that order."""
+    moved = comparisons[(comparisons.kind == "point") & comparisons.verdict.isin(MOVED)]
+    moved = moved.groupby("name").size()
+    per_panel = (
+        rows[rows.kind != "ceiling"]
+        .groupby("panel")
+        .agg(name=("name", "first"), keys=("key", "nunique"), runs=("position", "max"),
+             newest=("started_at", "max"))
+    )  # fmt: skip
+    per_panel["moved"] = per_panel.name.map(moved).fillna(0).astype(int)
+    order = sorted(
+        per_panel.index,
+        key=lambda p: (-per_panel.moved[p], -per_panel.newest[p].value, p),
+    )
+    ceilings = sorted(rows.panel[rows.kind == "ceiling"].unique())
+    rank = {panel: i for i, panel in enumerate([*order[:HISTORY_PANELS], *ceilings])}
+    kept = rows[rows.panel.isin(rank)]
+    return kept.assign(order=kept.panel.map(rank)), per_panel.loc[order[HISTORY_PANELS:]]
+
+
+def left_out_html(rows: pd.DataFrame, left_out: pd.DataFrame, scope) -> str:
+    """What the history chart does not draw: the older runs of long-lived keys, and a row per
+    panel left out (the first ROWS_LISTED), with the query for their rows."""
+    import pandas as pd
+
+    said = ""
+    if rows.older.any():
+        said += (
+            f"<p class='left-out'>Each measurement's newest {HISTORY_RUNS} runs are drawn; its "
+            "older ones are in the store (all its runs: <code>"
+            f"{html.escape(queries.view_sql('history', scope, key='<key>'))}</code>).</p>"
+        )
+    if left_out.empty:
+        return said
+    listed = left_out.head(ROWS_LISTED)
+    table = pd.DataFrame(
+        {
+            "sweep or workload": listed.name.astype(str),
+            "measurements": listed["keys"].to_numpy(),
+            "runs": listed.runs.to_numpy(),
+            "newest run (UTC)": [_utc(t) for t in listed.newest],
+            "slower or faster in its newest run": listed.moved.to_numpy(),
+        }
+    )
+    more = len(left_out) - len(listed)
+    sql = queries.view_sql("history", scope, name="<sweep or workload>")
+    return said + (
+        f"<p class='left-out'>{len(left_out)} more sweep(s) or workload(s) with history are not "
+        f"drawn (the chart has the {HISTORY_PANELS} whose measurements moved most, then those "
+        "run last)"
+        + (f"; the first {len(listed)} are listed, {more} more not" if more else "")
+        + f". One's history: <code>{html.escape(sql)}</code></p>"
+        + table_html(table, "history-left-out")
+    )
 
 
 def history_rows(history: pd.DataFrame) -> pd.DataFrame:
@@ -64,6 +134,8 @@ def history_rows(history: pd.DataFrame) -> pd.DataFrame:
     rows = rows[(rows.runs >= 2) & (rows.value > 0) & (rows["first"] > 0)]
     if rows.empty:
         return rows
+    older = rows.position <= rows.runs - HISTORY_RUNS  # ratios stay over the key's first run
+    rows = rows[~older].assign(older=older.any())
     ceiling = rows.kind == "ceiling"
     panel = rows.key.str.split("/").str[0] + CEILING_PANEL
     return rows.assign(
@@ -82,22 +154,19 @@ def history_rows(history: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def history_chart(history: pd.DataFrame, scope: dict) -> alt.VConcatChart | None:
-    """One panel per sweep, workload and kind of ceiling (history_rows), stacked; None where no
-    key has two runs."""
+def history_chart(rows: pd.DataFrame, scope: dict) -> alt.VConcatChart:
+    """One panel per sweep, workload and kind of ceiling of `rows` (history_rows, pick_panels),
+    stacked in their `order`."""
     import altair as alt
 
-    rows = history_rows(history)
-    if rows.empty:
-        return None
     columns = [
         "panel", "key", "config_id", "cache_state", "run_id", "position",
         "ratio", "ratio_low", "ratio_high", "value_text", "band_text", "commit", "started",
         "disturbed", "disturbance", "n_samples",
     ]  # fmt: skip
-    rows = rows[columns].reset_index(drop=True)
     # points first (what a user changes), then the ceilings (the machine under them)
-    order = sorted(rows.panel.unique(), key=lambda p: (p.endswith(CEILING_PANEL), p))
+    order = rows.groupby("panel").order.first().sort_values().index
+    rows = rows[columns].reset_index(drop=True)
     panels = [_panel(rows[rows.panel == panel]) for panel in order]
     return (
         alt.vconcat(*panels, spacing=28)
@@ -123,13 +192,14 @@ def _panel(rows: pd.DataFrame) -> alt.LayerChart:
     panel = rows.panel.iloc[0]
     ceiling = panel.endswith(CEILING_PANEL)
     keys = sorted(rows.key.unique())
-    steps = int(rows.position.max())
-    x_scale = alt.Scale(domain=[0.5, steps + 0.5], nice=False)
+    first, last = int(rows.position.min()), int(rows.position.max())
+    steps = last - first + 1
+    x_scale = alt.Scale(domain=[first - 0.5, last + 0.5], nice=False)
     x = alt.X(
         "x:Q",
         scale=x_scale,
         title="run of the measurement (1: its oldest)",
-        axis=alt.Axis(values=run_ticks(steps), format="d"),
+        axis=alt.Axis(values=run_ticks(last, first), format="d"),
     )
     y_scale = alt.Scale(type="log", nice=False, padding=10)  # not widened to whole decades
     y = alt.Y(
@@ -182,15 +252,15 @@ def _panel(rows: pd.DataFrame) -> alt.LayerChart:
     )
 
 
-def run_ticks(steps: int) -> list[int]:
-    """Ticks on the runs axis: every run, or 1 and every 2nd, 5th, 10th, 20th... run, at most
-    MAX_X_TICKS or so of them."""
+def run_ticks(last: int, first: int = 1) -> list[int]:
+    """Ticks on the runs axis from run `first` to `last`: every run, or the first and every
+    2nd, 5th, 10th, 20th... run, at most MAX_X_TICKS or so of them."""
     every = next(
         step
         for step in (n * 10**e for e in range(10) for n in (1, 2, 5))
-        if steps / step <= MAX_X_TICKS
+        if (last - first + 1) / step <= MAX_X_TICKS
     )
-    return sorted({1, *range(every, steps + 1, every)})
+    return sorted({first, *range(-(-first // every) * every, last + 1, every)})
 
 
 def _disturbed_rings(data: pd.DataFrame, x, y, small: bool) -> list[alt.Chart]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rooflab.report.names import name_part
 from rooflab.store import read_view
+from rooflab.store.views import view_query
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,6 +49,12 @@ def _of(scope) -> dict:
     return {"machine_id": scope["machine_id"], "backend": scope["backend"]}
 
 
+def view_sql(view: str, scope, /, **equal) -> str:
+    """The query for a view's rows of one machine and backend (and `equal` columns), for the
+    page to show where it leaves rows out."""
+    return view_query(view, **_of(scope), **equal)
+
+
 def _scoped(connection, view: str, scope, order_by: tuple[str, ...] = ()) -> pd.DataFrame:
     """The view's rows of one machine and backend, without the columns that only select or
     order them (the charts carry the data they draw, nothing more)."""
@@ -68,6 +75,13 @@ def points(connection, scope) -> pd.DataFrame:
 
 def failed(connection, scope) -> pd.DataFrame:
     return _scoped(connection, "failed_checks", scope, ("config_id", "metric"))
+
+
+def unplaced_points(connection, scope) -> pd.DataFrame:
+    """The newest timings of the machine that got no Roofline point, with the reason and why."""
+    return _scoped(
+        connection, "latest_unplaced_points", scope, ("sweep", "config_id", "cache_state")
+    )
 
 
 def counter_points(connection, scope) -> pd.DataFrame:

@@ -13,6 +13,42 @@ if TYPE_CHECKING:
 
 # the quantities of the conditions chart, one panel each in this order
 CONDITION_QUANTITIES = ("clock (GHz)", "temperature (°C)", "power (W)")
+# Rows (a box, a dot: 16 px each) the distributions and change charts draw at most, the most
+# telling first; the page says how many are left out and the query for all of them.
+CHART_ROWS = 100
+
+
+def telling_distributions(quantiles: pd.DataFrame) -> pd.DataFrame:
+    """The CHART_ROWS boxes of sample_quantiles worth a look, in the view's order: disturbed,
+    then noisy, then the widest spread (IQR over the median)."""
+    rank = quantiles.spread.map({"disturbed": 0, "noisy": 1}).fillna(2)
+    spread = (quantiles.p75_s - quantiles.p25_s) / quantiles.median_s
+    chosen = quantiles.assign(_rank=rank, _spread=-spread).sort_values(["_rank", "_spread"])
+    return quantiles.loc[sorted(chosen.index[:CHART_ROWS])]
+
+
+def telling_changes(change: pd.DataFrame) -> pd.DataFrame:
+    """The CHART_ROWS rows of median_changes worth a look, in the view's order: slower or
+    faster beyond the noise first, then the largest change."""
+    import numpy as np
+
+    moved = change.verdict.isin(["slower", "faster"])
+    size = np.abs(np.log(change.ratio.where(change.ratio > 0)))
+    chosen = change.assign(_moved=~moved, _size=-size.fillna(0)).sort_values(["_moved", "_size"])
+    return change.loc[sorted(chosen.index[:CHART_ROWS])]
+
+
+def left_out_note(total: int, drawn: int, what: str, sql: str) -> str:
+    """One line under a chart that draws `drawn` of `total` rows: what it leaves out and the
+    query that gives them all."""
+    import html
+
+    if drawn >= total:
+        return ""
+    return (
+        f"<p class='left-out'>Drawn: {drawn} of the {total} {html.escape(what)}. All of them: "
+        f"<code>{html.escape(sql)}</code></p>"
+    )
 
 
 def distribution_chart(quantiles: pd.DataFrame):

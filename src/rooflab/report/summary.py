@@ -7,6 +7,7 @@ import html
 from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
+from rooflab.report.page import table_html
 from rooflab.units import format_quantity
 from rooflab.vocabulary import MEMORY_LEVELS, ROOF_BEATEN_EFFICIENCY
 
@@ -179,7 +180,35 @@ def summary_html(connection, scope, facts) -> str:
                 "the ceilings run and the sweep ran under different conditions (compare the clocks "
                 "in the conditions chart, and the load on the machine).</p>"
             )
+    out.append(unplaced_html(queries.unplaced_points(connection, scope), scope))
     return "\n".join(out)
+
+
+UNPLACED_SHOWN = 50  # rows of the unplaced points' table; the rest by SQL
+
+
+def unplaced_html(rows: pd.DataFrame, scope) -> str:
+    """The timed points of the machine that have no Roofline point (view
+    latest_unplaced_points): how many, by reason, and each with why (the first UNPLACED_SHOWN;
+    the query for all)."""
+    if rows.empty:
+        return ""
+    esc = html.escape
+    by_reason = ", ".join(
+        f"<b>{count}</b> {esc(str(reason))}" for reason, count in rows.reason.value_counts().items()
+    )
+    sql = queries.view_sql("latest_unplaced_points", scope)
+    shown = rows.head(UNPLACED_SHOWN)
+    which = f"The first {len(shown)} of them" if len(rows) > len(shown) else "Each of them"
+    table = shown.rename(
+        columns={"config_id": "configuration", "cache_state": "cache state", "run_id": "run"}
+    )[["sweep", "configuration", "cache state", "reason", "why", "run"]]
+    return (
+        f"<h3>Timed points without a Roofline point</h3><p class='warning unplaced'><b>{len(rows)}"
+        f"</b> timed point(s) (newest run per configuration and cache state) have no Roofline "
+        f"point: {by_reason}. They are timed and stored, but not drawn. {which}, with why "
+        f"(all: <code>{esc(sql)}</code>):</p>" + table_html(table, "unplaced")
+    )
 
 
 def counters_summary_html(state: pd.DataFrame, points: pd.DataFrame) -> str:

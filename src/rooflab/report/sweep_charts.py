@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rooflab.report.axes import SECONDS_AXIS, WIDTH, bytes_label, with_time_text
 from rooflab.report.labels import LABEL_CHAR_PX
+from rooflab.report.names import name_part
 from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
@@ -17,11 +18,20 @@ REUSE_PANEL_SIZE = (280, 220)  # one panel of the per-sweep time and efficiency 
 
 
 def cache_marks(capacities: pd.DataFrame) -> list[dict]:
-    """The dashed cache rules of the ceiling sweep: one per level of latest_cache_capacities."""
-    return [
-        {"x": r.bytes, "label": f"{r.level} {bytes_label(r.bytes)}"}
-        for r in capacities.itertuples()
-    ]
+    """The dashed cache rules of the ceiling sweep: per level of latest_cache_capacities, one at
+    its reported capacity and, where its sweeps measured an edge, one there."""
+    marks = []
+    for r in capacities.itertuples():
+        measured = getattr(r, "measured_bytes", None)
+        seen = measured is not None and measured == measured  # not null (NaN in a frame)
+        marks.append(
+            {"x": r.bytes, "label": f"{r.level} {bytes_label(r.bytes)}{' reported' * seen}"}
+        )
+        if seen:
+            marks.append(
+                {"x": int(measured), "label": f"{r.level} {bytes_label(int(measured))} measured"}
+            )
+    return marks
 
 
 # A size in binary units, as bytes_label writes it: "256 KiB", "2 MiB"
@@ -227,3 +237,135 @@ def reuse_efficiency_chart(data: pd.DataFrame, sweep: str):
         .facet(column=alt.Column("cache_state:N", title="cache state"))
         .properties(title=f"Sweep {sweep}: efficiency vs M")
     )
+
+
+# Sweeps drawn one by one (a time and an efficiency chart each): the newest this many; the rest
+# are a row each of a table under the last one (a report of 100 sweeps stays a few charts).
+SWEEPS_DRAWN = 6
+ROWS_LISTED = 50  # rows of a table of what is not drawn; the query gives them all
+
+REUSE_TIME_HOW = (
+    "Solid: the measured median; dashed: the Roofline lower bound of the same configuration. The "
+    "whole GEMM gets longer with M while the time per row falls as the weights are reused; the "
+    "gap between the lines is the time lost to the roof."
+)
+
+
+def newest_first(frame: pd.DataFrame, by: str, limit: int) -> tuple[list, list]:
+    """The values of column `by`, those of the newest runs first (`started_at`, then name):
+    the first `limit` (drawn, in name order) and the rest (newest first)."""
+    newest = frame.groupby(by, sort=True).started_at.max()
+    ordered = sorted(newest.index, key=lambda name: (-newest[name].value, str(name)))
+    return sorted(ordered[:limit], key=str), ordered[limit:]
+
+
+def reuse_charts(points: pd.DataFrame, scope: dict) -> list:
+    """Time and efficiency vs M of each GEMM sweep of the newest SWEEPS_DRAWN (latest_model_points
+    rows with a shape); a table of the other sweeps under the last chart, with the query for
+    their rows."""
+    import pandas as pd
+
+    from rooflab.report.page import Chart
+
+    if points.empty:
+        return []
+    pts = points.assign(
+        series=points.dtype
+        + " "
+        + points.layout
+        + " N="
+        + points.n.astype(str)
+        + " K="
+        + points.k.astype(str)
+    )
+    drawn, left_out = newest_first(pts, "sweep", SWEEPS_DRAWN)
+    charts = []
+    for sweep_name in drawn:
+        group = pts[pts.sweep == sweep_name]
+        per_row = group.assign(median_s=group.median_s / group.m, bound_s=group.bound_s / group.m)
+        long = pd.concat(
+            [
+                frame.assign(quantity=quantity, source=source, seconds=frame[column])
+                for quantity, frame in (("whole GEMM", group), ("per row (time / M)", per_row))
+                for source, column in (
+                    ("measured median", "median_s"),
+                    ("model lower bound", "bound_s"),
+                )
+            ]
+        )[["series", "cache_state", "m", "quantity", "source", "seconds"]]
+        part = name_part(sweep_name)
+        charts.append(
+            Chart(
+                f"reuse_time_{part}",
+                f"Sweep {sweep_name}: time vs M",
+                REUSE_TIME_HOW,
+                reuse_time_chart(long, str(sweep_name)),
+            )
+        )
+        rate = _rate(group)
+        charts.append(
+            Chart(
+                f"reuse_efficiency_{part}",
+                f"Sweep {sweep_name}: efficiency vs M",
+                f"Achieved {rate} over the attainable {rate} of the roof each point sits under "
+                "(100 % is on the roof).",
+                reuse_efficiency_chart(
+                    group[["series", "cache_state", "m", "efficiency", "limiter", "level"]],
+                    str(sweep_name),
+                ),
+            )
+        )
+    if left_out:
+        charts[-1].notes_html = sweeps_left_out_html(pts, left_out, scope)
+    return charts
+
+
+def sweeps_left_out_html(points: pd.DataFrame, left_out: list, scope: dict) -> str:
+    """The sweeps not drawn one by one: a row each (the newest ROWS_LISTED), with their points'
+    efficiency, and the query for any one's rows."""
+    import html
+
+    import pandas as pd
+
+    from rooflab.report.page import table_html
+    from rooflab.report.queries import view_sql
+
+    listed = left_out[:ROWS_LISTED]
+    rows = (
+        points[points.sweep.isin(listed)]
+        .groupby("sweep")
+        .agg(
+            points=("config_id", "size"),
+            newest=("started_at", "max"),
+            lowest=("efficiency", "min"),
+            median=("efficiency", "median"),
+            highest=("efficiency", "max"),
+        )
+    )
+    rows = rows.loc[listed]
+    table = pd.DataFrame(
+        {
+            "sweep": rows.index.astype(str),
+            "points": rows.points.to_numpy(),
+            "newest run (UTC)": [f"{t:%Y-%m-%d %H:%M}" for t in rows.newest],
+            "efficiency: lowest": [f"{e:.1%}" for e in rows.lowest],
+            "median": [f"{e:.1%}" for e in rows["median"]],
+            "highest": [f"{e:.1%}" for e in rows.highest],
+        }
+    )
+    more = len(left_out) - len(listed)
+    sql = view_sql("latest_model_points", scope, sweep="<sweep>")
+    return (
+        f"<p class='left-out'>{len(left_out)} more sweep(s) are not drawn one by one (the "
+        f"{SWEEPS_DRAWN} with the newest runs are, above)"
+        + (f"; the {len(listed)} newest are listed, {more} older ones not" if more else "")
+        + f". A sweep's points: <code>{html.escape(sql)}</code></p>"
+        + table_html(table, "sweeps-left-out")
+    )
+
+
+def _rate(points: pd.DataFrame) -> str:
+    """The unit of a sweep's rates: OP/s where every point is an integer GEMM's, FLOP/s where
+    none is (a sweep of both: each point against its own roof, in its own unit)."""
+    units = set(points.work_unit.fillna("FLOP")) if "work_unit" in points else {"FLOP"}
+    return f"{units.pop()}/s" if len(units) == 1 else "FLOP/s (OP/s for integer GEMMs)"

@@ -16,6 +16,7 @@ from rooflab.roofline.analysis import (
     write_analysis,
 )
 from rooflab.roofline.points import (
+    UNPLACED_REASONS,
     RooflinePoints,
     build_points,
     ceiling_values,
@@ -25,12 +26,14 @@ from rooflab.roofline.points import (
     roof_faults,
     roofline_points,
     timing_flags,
+    unplaced_line,
     write_points,
 )
 
 __all__ = [
     "DERIVED_TABLES",
     "ROOFLINE_FOLDER",
+    "UNPLACED_REASONS",
     "Analysis",
     "RooflinePoints",
     "analyse_results",
@@ -44,6 +47,7 @@ __all__ = [
     "roof_faults",
     "roofline_points",
     "timing_flags",
+    "unplaced_line",
     "write_analysis",
     "write_points",
 ]

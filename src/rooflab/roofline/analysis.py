@@ -2,11 +2,13 @@
 and a reader (the report, a user's SQL) reads it from views instead of redoing it:
 
 - `cache_capacities`: the data-cache bytes per level this process could fill (from the run's
-  machine identity), which the ceiling sweep chart marks;
+  machine identity) and as its sweeps measured them (their edges), which the ceiling sweep chart
+  marks;
 - `datasheet_roofs`: the datasheet figures of the device preset matching the run's device name
   (config/devices.yaml), drawn dashed beside the measured roofs;
 - `stage_bounds`: each `stages` scenario of the campaign config on the run's measured ceilings:
   every stage's own bound, its place on the critical-path schedule, and the two lower bounds.
+- `unplaced_points`: each timed point that got no Roofline point, and why (roofline.points).
 
 `roofline_inputs` lists every run the step read: the store replaces the derived rows of exactly
 those runs, so a scenario taken out of the config disappears from the store too.
@@ -25,8 +27,9 @@ from rooflab.config import stages_from_config
 from rooflab.devices import DevicePreset, matching_preset
 from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
 from rooflab.model import stage_bounds
-from rooflab.records import DERIVED_TABLES, find_run_folders, read_run, to_table
+from rooflab.records import DERIVED_TABLES, find_run_folders, read_run, space_for, to_table
 from rooflab.roofline.points import RooflinePoints, build_points, ceiling_values
+from rooflab.vocabulary import measured_cache_bytes
 
 ROOFLINE_FOLDER = Path("roofline")
 
@@ -41,15 +44,24 @@ class Analysis:
     notes: list[str]  # what could not be worked out, and why
 
 
-def cache_capacity_rows(run: dict) -> list[dict]:
-    """The data-cache capacity per level of a ceilings run's machine; none where its identity
-    lists no caches (a GPU's, or a machine whose OS does not say)."""
+def cache_capacity_rows(run: dict, ceilings: Iterable[dict] = ()) -> list[dict]:
+    """The data-cache capacity per level of a ceilings run's machine, as its identity reports it
+    and as the run's sweeps measured it (`ceilings`: its rows; the largest edge any sweep saw,
+    null where none did); none where its identity lists no caches (a machine whose OS does not
+    say)."""
     try:
         by_level = cache_bytes_by_level(json.loads(run.get("machine") or "{}"))
     except (CacheInfoUnavailable, KeyError, TypeError, ValueError):
         return []
+    measured = measured_cache_bytes(ceilings)
     return [
-        {"run_id": run["run_id"], "machine_id": run["machine_id"], "level": level, "bytes": size}
+        {
+            "run_id": run["run_id"],
+            "machine_id": run["machine_id"],
+            "level": level,
+            "bytes": size,
+            "measured_bytes": measured.get(level),
+        }
         for level, size in by_level.items()
         if size > 0  # a level none of whose instances this process touches
     ]
@@ -144,6 +156,7 @@ def build_analysis(
     points = build_points(ceilings_runs, gemm_runs, counters_runs)
     tables: dict[str, list[dict]] = {name: [] for name in DERIVED_TABLES}
     tables["roofline_points"] = points.rows
+    tables["unplaced_points"] = points.dropped
     notes: list[str] = []
     for run_dir in dict.fromkeys([*ceilings_runs, *gemm_runs, *counters_runs]):
         run_tables = read_run(run_dir)
@@ -153,7 +166,8 @@ def build_analysis(
         )
         if run_dir in ceilings_runs:
             peak, bandwidth = ceiling_values(run_tables)
-            tables["cache_capacities"] += cache_capacity_rows(run)
+            ceiling_rows = run_tables["ceilings"].to_pylist() if "ceilings" in run_tables else []
+            tables["cache_capacities"] += cache_capacity_rows(run, ceiling_rows)
             preset = matching_preset(run.get("device_name"), devices_file)
             tables["datasheet_roofs"] += datasheet_rows(run, preset)
             rows, missing = stage_bound_rows(run, peak, bandwidth, stages or {})
@@ -203,7 +217,9 @@ def write_analysis(analysis: Analysis, folder: Path) -> list[Path]:
     for name in DERIVED_TABLES:
         path = folder / f"{name}.parquet"
         temporary = path.with_name(f".{path.name}.tmp")
-        pq.write_table(to_table(name, analysis.tables[name]), temporary)
+        kept = "the file is as it was"  # a full disk: one line, no temporary left
+        with space_for(path, "a derived table", kept=kept, partial=[temporary]):
+            pq.write_table(to_table(name, analysis.tables[name]), temporary)
         temporary.replace(path)
         written.append(path)
     return written

@@ -132,22 +132,53 @@ def point_compute_path(backend: str | None, point: dict) -> str | None:
     return compute_path(backend, point["dtype"])
 
 
+# Why a timed point gets no Roofline point: the code stored in `unplaced_points.reason`.
+UNPLACED_REASONS = (
+    "no_ceilings_run",  # no ceilings run of its machine
+    "no_compute_ceiling",  # no compute ceiling of its dtype's path
+    "level_not_measured",  # its bytes sit in a level the ceilings sweep did not reach
+    "failed_check",  # its check failed after its timing
+    "unit_mismatch",  # its work unit (FLOP, OP) is not its roof's
+)
+
+
+def unplaced(point: dict, machine_id: str, reason: str, why: str) -> dict:
+    """An `unplaced_points` row: the timed point, the reason's code and a sentence."""
+    assert reason in UNPLACED_REASONS, reason
+    return {
+        "run_id": point["run_id"],
+        "machine_id": machine_id,
+        "sweep": point.get("sweep"),
+        "config_id": point["config_id"],
+        "cache_state": point["cache_state"],
+        "reason": reason,
+        "why": why,
+    }
+
+
+def unplaced_line(row: dict) -> str:
+    """An unplaced point as one line of the roofline step's log."""
+    return f"{row['config_id']} {row['cache_state']} (run {row['run_id']}): {row['why']}"
+
+
 def roofline_points(
-    gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict], dropped: list[str] | None = None
+    gemm_run_dirs: Iterable[Path], ceilings: dict[str, dict], dropped: list[dict] | None = None
 ) -> list[dict]:
     """Each timed point (a GEMM configuration, or a workload case) of these runs against the
     latest ceilings of its own machine, in its cache state; none without them. Each timed point
-    that gets no Roofline point is named in `dropped`, with why."""
+    that gets no Roofline point is a row of `dropped` (`unplaced`), with why."""
     points = []
     dropped = [] if dropped is None else dropped
     for run_dir in gemm_run_dirs:
         tables = read_run(run_dir)
         (run,) = tables["runs"].to_pylist()
-        machine = ceilings.get(run["machine_id"])
+        machine_id = run["machine_id"]
+        machine = ceilings.get(machine_id)
         if machine is None:
             dropped += [
-                f"{p['config_id']} {p['cache_state']} (run {run['run_id']}): no ceilings run of "
-                f"its machine {run['machine_id']}"
+                unplaced(
+                    p, machine_id, "no_ceilings_run", f"no ceilings run of its machine {machine_id}"
+                )
                 for p in timed_rows(tables)
             ]
             continue
@@ -160,9 +191,9 @@ def roofline_points(
         }
         # a library GEMM's points, or a workload's (your own kernel: no shape, its params)
         for point in timed_rows(tables):
-            said = f"{point['config_id']} {point['cache_state']} (run {point['run_id']})"
             if point["config_id"] in failed:
-                dropped.append(f"{said}: failed its check after its timing")
+                why = "failed its check after its timing"
+                dropped.append(unplaced(point, machine_id, "failed_check", why))
                 continue
             path = point_compute_path(run.get("backend"), point)
             level = resident_level(
@@ -172,18 +203,21 @@ def roofline_points(
                 machine.get("memory_level", MEMORY_LEVEL),
             )
             if path not in machine["peak"]:
-                dropped.append(f"{said}: no {path or point['dtype']} compute ceiling measured")
+                why = f"no {path or point['dtype']} compute ceiling measured"
+                dropped.append(unplaced(point, machine_id, "no_compute_ceiling", why))
                 continue
             if level not in machine["bandwidth"]:
-                dropped.append(
-                    f"{said}: its {point['bytes_model']} B sit in {level}, which has no bandwidth "
+                why = (
+                    f"its {point['bytes_model']} B sit in {level}, which has no bandwidth "
                     "ceiling (the ceilings sweep did not reach it: ceilings.max_working_set)"
                 )
+                dropped.append(unplaced(point, machine_id, "level_not_measured", why))
                 continue
             unit = point_work_unit(point)
             if machine.get("peak_unit", {}).get(path, "FLOP/s") != f"{unit}/s":
                 # an OP count is never put under a FLOP/s roof, nor FLOP under OP/s
-                dropped.append(f"{said}: work in {unit}, its roof {path} is not in {unit}/s")
+                why = f"work in {unit}, its roof {path} is not in {unit}/s"
+                dropped.append(unplaced(point, machine_id, "unit_mismatch", why))
                 continue
             b = bound(
                 point["flops"],
@@ -402,7 +436,8 @@ class RooflinePoints:
     counted: list[dict]
     notes: list[str]  # one per counter replay that gave no point, and why
     n_machines: int  # machines with ceilings among the runs
-    dropped: list[str] = field(default_factory=list)  # a timed point with no point, and why
+    # a timed point with no point, and why (unplaced_points rows)
+    dropped: list[dict] = field(default_factory=list)
 
     @property
     def rows(self) -> list[dict]:
@@ -421,6 +456,6 @@ def build_points(
     gemm_runs = list(gemm_runs)
     ceilings = latest_ceilings_by_machine(ceilings_runs)
     counted, notes = counter_points(counters_runs, gemm_runs, ceilings)
-    dropped: list[str] = []
+    dropped: list[dict] = []
     model = roofline_points(gemm_runs, ceilings, dropped)
     return RooflinePoints(model, counted, notes, len(ceilings), dropped)

@@ -253,9 +253,10 @@ REPORT_VIEWS_SQL = {
         WHERE model_vs_counted IS NOT NULL
     """,
     # The ceiling sweep chart's cache marks: per machine and backend (its newest ceilings run),
-    # the data-cache bytes per level (L1, L2, ...) this process could fill.
+    # the data-cache bytes per level (L1, L2, ...) this process could fill, as reported
+    # (`bytes`) and as its sweeps measured them (`measured_bytes`: their edge; null: none seen).
     "latest_cache_capacities": f"""
-        SELECT l.machine_id, l.backend, c.run_id, c.level, c.bytes
+        SELECT l.machine_id, l.backend, c.run_id, c.level, c.bytes, c.measured_bytes
         FROM cache_capacities AS c JOIN ({_LATEST_CEILINGS_RUN}) AS l USING (run_id)
     """,
     # The Roofline's dashed datasheet roofs: per machine and backend (its newest ceilings run),

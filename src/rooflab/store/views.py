@@ -48,6 +48,25 @@ VIEWS_SQL = {
             ORDER BY r.started_at DESC, p.run_id DESC, p.counters_run_id DESC NULLS LAST
         ) = 1
     """,
+    # Per machine, backend, configuration and cache state whose newest timing got no Roofline
+    # point: that timing's `unplaced_points` row (`reason`: no_ceilings_run, no_compute_ceiling,
+    # level_not_measured, failed_check, unit_mismatch; `why`: a sentence), its sweep and the
+    # start of its run. A point a newer run placed is not here.
+    "latest_unplaced_points": """
+        WITH newest AS (
+            SELECT r.machine_id, r.backend, r.started_at, t.run_id, t.config_id, t.cache_state
+            FROM (SELECT run_id, config_id, cache_state FROM gemm_points
+                  UNION ALL SELECT run_id, config_id, cache_state FROM workload_points) AS t
+            JOIN runs AS r USING (run_id)
+            QUALIFY row_number() OVER (
+                PARTITION BY r.machine_id, r.backend, t.config_id, t.cache_state
+                ORDER BY r.started_at DESC, t.run_id DESC
+            ) = 1
+        )
+        SELECT n.machine_id, n.backend, u.sweep, u.config_id, u.cache_state, u.reason, u.why,
+               u.run_id, n.started_at
+        FROM unplaced_points AS u JOIN newest AS n USING (run_id, config_id, cache_state)
+    """,
     # One row per ceiling and condition reading taken for it (before, after and during its
     # measurement), so a ceiling joins its conditions: an FMA round's or library GEMM's readings
     # carry the ceiling's own config_id (fma/fp64/round1, blas/fp64/n2048); a bandwidth ceiling's
@@ -232,3 +251,15 @@ VIEWS_SQL = {
 VIEWS_SQL.update(REPORT_VIEWS_SQL)
 VIEWS_SQL.update(TIMELINE_VIEWS_SQL)
 VIEWS_SQL.update(COMPARISON_VIEWS_SQL)
+
+
+def view_query(view: str, /, **equal) -> str:
+    """The SQL a reader runs (`rooflab query`) for the rows of view `view` whose columns equal
+    the values given: what the report shows where it leaves rows out. A value may be a
+    placeholder such as '<sweep>' for the reader to fill in."""
+
+    def literal(value) -> str:
+        return "'" + str(value).replace("'", "''") + "'"
+
+    where = " AND ".join(f"{column} = {literal(value)}" for column, value in equal.items())
+    return f"SELECT * FROM {view}" + (f" WHERE {where}" if where else "")

@@ -7,7 +7,9 @@ adds nothing and a killed ingest leaves no partial run. Every file of a run is r
 full before anything of it is written. A run with a bad file (truncated, corrupt, of another run,
 or not fitting the store's tables) is set aside: nothing of it is stored, its files stay as they
 are, and the report names it with the file and the reason (IngestReport.bad_runs); every other run
-is stored. A failure of the store itself (disk full, out of memory) stops the ingest.
+is stored. A failure of the store itself (disk full, out of memory) stops the ingest; a full disk
+and a damaged block are said in one line naming the file (store.integrity). Ingest and rebuild
+say they succeeded only after every table of the store they wrote has been read back whole.
 
 The derived tables the roofline step writes (`roofline/<table>.parquet`, records.DERIVED_TABLES)
 replace, in one transaction, the store's derived rows of the runs that step read (its
@@ -40,6 +42,7 @@ from rooflab.store.comparisons import (
     refresh_comparisons,
 )
 from rooflab.store.connection import DEFAULT_DB, StoreError, StoreLocked, _one_line, _open
+from rooflab.store.integrity import read_back, store_failures
 from rooflab.store.views import VIEWS_SQL
 
 if TYPE_CHECKING:
@@ -47,6 +50,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 DEFAULT_RESULTS = Path("results")
+# What a write of the store that ran out of space leaves (store_failures: one line naming the file)
+_INGEST_KEPT = (
+    "the runs stored before stay, the others were not stored: free space, then run "
+    "`rooflab store ingest` again"
+)
+_REBUILD_KEPT = "the store is as it was and the new one was removed: free space, then rebuild"
 ROOFLINE_FOLDER = Path("roofline")  # the derived tables, <table>.parquet
 
 
@@ -329,16 +338,20 @@ def ingest(
     naming the file and the reason) and every other run is stored; then, if `strict`, RunsSetAside
     (carrying the report) is raised, so that a caller that ignores the report still fails. Waits up
     to `lock_timeout_s` for another process that holds the file, then raises StoreLocked.
-    `on_run_added(run_id)` is called after each run is committed.
+    `on_run_added(run_id)` is called after each run is committed. Then every table is read back
+    whole (read_back): StoreDamaged names a table that cannot be; DiskFull a store that ran out of
+    space (the runs committed before stay).
     """
     db_path, results_dir = Path(db_path), _results_folder(results_dir)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     report = IngestReport(db_path)
-    connection = _open(db_path, read_only=False, lock_timeout_s=lock_timeout_s, action="ingest")
-    try:
-        _ingest_with(_Writer(connection), results_dir, report, on_run_added)
-    finally:
-        connection.close()
+    with store_failures(db_path, "runs into it", _INGEST_KEPT, lock_timeout_s=lock_timeout_s):
+        connection = _open(db_path, read_only=False, lock_timeout_s=lock_timeout_s, action="ingest")
+        try:
+            _ingest_with(_Writer(connection), results_dir, report, on_run_added)
+        finally:
+            connection.close()
+        read_back(db_path, lock_timeout_s=lock_timeout_s)  # succeeded: every table reads whole
     return _checked(report, strict)
 
 
@@ -379,12 +392,14 @@ def rebuild(
         report.stale_removed = _remove_stale_rebuilds(db_path)
         for path in _with_wal(new_path):
             path.unlink(missing_ok=True)
-        connection = _open(new_path, read_only=False, lock_timeout_s=0, action="rebuild")
-        try:
-            _ingest_with(_Writer(connection), results_dir, report, None)
-            connection.execute("CHECKPOINT")  # everything in the file, no WAL to carry along
-        finally:
-            connection.close()
+        with store_failures(new_path, "the new store", _REBUILD_KEPT, lock_timeout_s=0):
+            connection = _open(new_path, read_only=False, lock_timeout_s=0, action="rebuild")
+            try:
+                _ingest_with(_Writer(connection), results_dir, report, None)
+                connection.execute("CHECKPOINT")  # everything in the file, no WAL to carry along
+            finally:
+                connection.close()
+            read_back(new_path, lock_timeout_s=0)  # the new store reads whole before it replaces
         if old is not None:
             old.close()
             old = None
