@@ -173,9 +173,9 @@ def test_a_gpu_l2_edge_and_the_hbm_plateau_past_the_one_pass_threshold():
     fewer = {s: r for s, r in GPU_READ.items() if s < 400 * MiB} | {160 * MiB: 3, 320 * MiB: 3}
     assert memory_plateau(fewer, edges, one_pass) is None
     assert memory_plateau(fewer, edges) == (160 * MiB, 320 * MiB)
-    # the flush from that edge: 4x it would pass 2x the reported L2; the reported rule caps it
+    # the flush from that edge: 8x it would pass 2x the reported L2; the reported rule caps it
     assert flush_size(gpu_l2, 40 * MiB)[0] == 100 * MiB
-    assert flush_size(gpu_l2, 20 * MiB)[0] == 80 * MiB
+    assert flush_size(gpu_l2, 10 * MiB)[0] == 80 * MiB
 
 
 def test_the_flush_is_sized_from_the_measured_last_level_within_the_reported_rule():
@@ -185,7 +185,7 @@ def test_the_flush_is_sized_from_the_measured_last_level_within_the_reported_rul
     assert size == FLUSH_SAFETY * 64 * MiB and f"the {64 * MiB} B L3 edge measured" in why
     # never below 2x the private levels, nor 2x the edge, never above the reported rule
     assert flush_size(VM_CACHES, 1 * MiB)[0] == 2 * (96 * KiB + 4 * MiB)
-    assert flush_size(SMALL_CACHES, 16 * MiB)[0] == 64 * MiB
+    assert flush_size(SMALL_CACHES, 8 * MiB)[0] == 64 * MiB
     assert flush_size(SMALL_CACHES, 24 * MiB)[0] == 2 * sum(SMALL_CACHES.values())
     assert flush_size({"L2": 50 * MiB}, 80 * MiB)[0] == 160 * MiB
 
