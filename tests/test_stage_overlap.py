@@ -101,10 +101,9 @@ def test_each_stage_alone_and_both_schedules_are_measured_with_their_bounds(meas
     a, b = measured["stage_timings"]
     assert (a["kernel"], b["kernel"]) == ("stream", "fma")
     assert a["placement"] != b["placement"] and a["placement"].startswith("cpu ")
-    # exact ledgers, rounded to whole passes (at least one, over 4x the last cache) and
-    # iterations from the sized ones
-    caches = select_backend("cpu").cache_bytes_by_level()
-    one_pass = 24 * stream_elements("triad", 4 * max(caches.values()), 1)
+    # exact ledgers, rounded to whole passes (at least one, over the cold flush's size: past
+    # every cache) and iterations from the sized ones
+    one_pass = 24 * stream_elements("triad", select_backend("cpu").flush_bytes, 1)
     assert a["flops"] * 12 == a["bytes"] and a["bytes"] % one_pass == 0
     assert abs(a["bytes"] - 0.004 * B) <= one_pass
     assert b["bytes"] == 0 and b["flops"] == pytest.approx(0.004 * C, rel=0.01)

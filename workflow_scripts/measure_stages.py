@@ -4,6 +4,7 @@ this machine's ceilings run."""
 import json
 
 from rooflab.backends.selection import select_backend
+from rooflab.experiments.cache_edges import size_flush_from_ceilings
 from rooflab.experiments.stage_overlap import (
     StageOverlapError,
     run_stage_overlap,
@@ -21,10 +22,13 @@ timing = TimingSettings.from_config(
 )
 ceilings_run = read_receipt(snakemake.input.ceilings)["run_dir"]
 (machine,) = latest_ceilings_by_machine([ceilings_run]).values()
+backend = select_backend(snakemake.params.backend)
+# a stream stage's working set is the cold flush's: past the caches the ceilings run measured
+log.info("%s", size_flush_from_ceilings(backend, snakemake.input.ceilings))
 with fails_in_one_line(log, StageOverlapError):
     peak, bandwidth = scenario_ceilings(name, spec, machine)
     tables = run_stage_overlap(
-        select_backend(snakemake.params.backend),
+        backend,
         name,
         spec,
         timing,

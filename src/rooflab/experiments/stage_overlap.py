@@ -2,7 +2,7 @@
 its roof and the step still be slow because stages that could overlap run one after another.
 
 A measurable `stages` scenario names each stage's kernel and time: `stream` (a STREAM triad over
-a working set 4x the largest cache, so its bytes cross the memory) or `fma` (FMA chains of the
+a working set past every cache, so its bytes cross the memory) or `fma` (FMA chains of the
 scenario's compute path's dtype, in registers). Each is sized from the machine's measured
 ceilings (C, B) to take its time at its bound (model.sized_stage), then rounded to whole passes
 or iterations: its exact ledger (F, Q) is what is recorded and bounded. Each stage runs on a lane
@@ -37,7 +37,7 @@ from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
 
 SCHEDULES = ("serial", "overlapped")
-WORKING_SET_CACHES = 4  # a stream stage's working set: 4x the largest cache, so it streams memory
+WORKING_SET_CACHES = 4  # a GPU stream stage's working set: 4x the L2, where one pass a launch
 
 
 class StageOverlapError(ValueError):
@@ -57,8 +57,8 @@ def _cpu_stage(backend: Backend, stage: Stage, kernel: str, dtype: str) -> Sized
     from rooflab.backends import cpu_kernels
 
     if kernel == "stream":
-        working_set = WORKING_SET_CACHES * max(backend.cache_bytes_by_level().values())
-        arrays = cpu_kernels.allocate_stream("triad", working_set, 1)
+        # the cold flush's size: past every cache, measured (a ceilings run's edge) or reported
+        arrays = cpu_kernels.allocate_stream("triad", backend.flush_bytes, 1)
         per_pass = arrays[0].size * cpu_kernels.STREAM_BYTES_PER_ELEMENT["triad"]
         passes = max(1, round(stage.bytes / per_pass))
         moved = passes * per_pass
