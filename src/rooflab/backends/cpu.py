@@ -44,7 +44,8 @@ class CpuBackend(Backend):
         # Allocated at the first flush: a backend built to check sizes (the Snakefile's
         # pre-flight, a dry run) allocates nothing; memory_available_bytes counts it either way.
         self._flush: tuple[list[np.ndarray], ThreadPoolExecutor] | None = None
-        cpu_conditions.warm_up()
+        # The clock's add loop is compiled at the first conditions reading (each job's "before"
+        # reading, ahead of any sample), not here: a backend built to check sizes runs none.
 
     # -- identity and conditions --
     def run_metadata(self) -> dict:
