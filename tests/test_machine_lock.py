@@ -119,7 +119,7 @@ def test_two_measuring_commands_started_together_measure_one_after_the_other(loc
     )
     errors = [process.communicate(timeout=300)[1] for process in (first, second)]
     assert first.returncode == second.returncode == 0, errors
-    assert sum("waiting for the machine: pid" in text for text in errors) == 1
+    assert sum("waiting for the machine: pid" in text for text in errors) == 1, errors
     spans = sorted(
         pq.read_table(run / "runs.parquet").to_pylist()[0]["started_at"]
         for name in ("first", "second")

@@ -134,9 +134,11 @@ def measuring(what: str, *, timeout_s: float | None = None, poll_s: float = 0.5)
                 break
             except BlockingIOError:
                 waited = time.monotonic() - started
-                if not said:
+                found = holder(path)
+                # a holder writes who it is just after it takes the lock: wait a poll for it
+                if not said and (found or waited >= poll_s):
                     print(
-                        f"rooflab: {what}: waiting for the machine: {_describe(holder(path))} "
+                        f"rooflab: {what}: waiting for the machine: {_describe(found)} "
                         f"is measuring on it (one measurement at a time; lock {path})",
                         file=sys.stderr,
                         flush=True,
