@@ -199,3 +199,22 @@ def test_the_measured_capacity_is_the_largest_edge_of_a_run_s_sweeps():
         {"kind": "compute", "name": "fp64_fma"},
     ]
     assert measured_cache_bytes(rows) == {"L3": 90 * MiB}
+
+
+def test_a_point_just_past_an_edge_that_still_hits_the_level_below_sets_no_ceiling():
+    """This VM's triad of 2026-12-02 (the default campaign, GB/s): at 141 and 159 KiB, just past
+    the L1's 90 KiB edge, the points still hit the L1 in part and read 263 and 249 on an L2
+    plateau of 241-244; within FALL, they join that plateau, but the L2's ceiling is taken from
+    PLATEAU_ABOVE x the L1's edge on."""
+    triad = {
+        15 * KiB: 901.6, 33 * KiB: 925.2, 48 * KiB: 913.1, 63 * KiB: 929.7, 90 * KiB: 948.0, 108 * KiB: 369.5, 126 * KiB: 292.8, 141 * KiB: 263.2,
+        159 * KiB: 249.0, 195 * KiB: 241.1, 252 * KiB: 240.5, 504 * KiB: 240.9,
+        1005 * KiB: 243.5, 2004 * KiB: 243.7, 2385 * KiB: 244.2, 2832 * KiB: 200.1,
+        3363 * KiB: 168.5, 8 * MiB: 61.0, 16 * MiB: 60.5, 32 * MiB: 60.8, 64 * MiB: 60.2,
+        128 * MiB: 38.0, 256 * MiB: 31.5, 512 * MiB: 31.0, 1 * GiB: 30.8,
+    }  # fmt: skip
+    windows, edges = level_windows(triad, VM_CACHES, "DRAM", 4 * GiB)
+    assert edges[0].measured_bytes == 90 * KiB
+    low, high = windows["L2"]
+    assert low == 180 * KiB and high == 2385 * KiB
+    assert max(rate for size, rate in triad.items() if low <= size <= high) == 244.2
