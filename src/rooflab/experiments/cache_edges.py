@@ -149,20 +149,20 @@ def level_windows(
     where `memory_level` names one, its established plateau, else from MEMORY_ABOVE x the last
     edge (measured, else the summed reported capacities) and `memory_from` to `high`."""
     edges = find_edges(rates, reported)
-    windows, previous, below = {}, 0, 0
+    windows, previous = {}, 0
     for edge in edges:
         if edge.measured_bytes is not None:
-            # not before PLATEAU_ABOVE x the edge below: just past it a point still hits that
-            # level in part, and reads within FALL of this plateau but above it (an L2 triad at
-            # 1.5x the L1's edge read 263 GB/s on a 241 GB/s plateau)
-            low = max(edge.plateau_from, int(PLATEAU_ABOVE * below))
+            # not before PLATEAU_ABOVE x the level below (its reported or measured size, the
+            # larger: an edge found a point early): just past it a point still hits that level
+            # in part, and reads within FALL of this plateau but above it (an L2 triad at 1.5x
+            # the L1's edge read 263 GB/s on a 241 GB/s plateau)
+            low = max(edge.plateau_from, int(PLATEAU_ABOVE * previous))
             low = low if low < edge.measured_bytes else edge.plateau_from
             windows[edge.level] = (low, edge.measured_bytes)
         else:
             low = int(PLATEAU_ABOVE * previous)
             windows[edge.level] = (low, max(low, int(PLATEAU_BELOW * edge.reported_bytes)))
         previous = max(edge.reported_bytes, edge.measured_bytes or 0)
-        below = edge.measured_bytes or edge.reported_bytes
     if memory_level is not None:
         last = edges[-1].measured_bytes if edges else None
         fallback = (int(max(MEMORY_ABOVE * (last or sum(reported.values())), memory_from)), high)
