@@ -43,7 +43,7 @@ def flush_size(reported: dict[str, int], measured_last: int | None = None) -> tu
     sum (a non-inclusive L3 holds lines besides the L2s), at least 2x the last level. From the
     last level's measured edge: FLUSH_SAFETY x it, no more than the reported rule, and never less
     than 2x it nor 2x the summed levels below the last (a core's own caches, which no neighbour
-    shares): a VM's share of a socket's L3 is often far smaller than the L3 it reports."""
+    shares): a VM's streaming rate often falls far below the L3 it reports."""
     rule = 2 * sum(reported.values())
     if measured_last is None or not reported:
         return rule, "2x the summed reported cache capacity"

@@ -4,9 +4,10 @@ plateau finder does), and the memory plateau behind the last cache, established 
 The capacities the OS or the device reports only name the levels and give their order: a level's
 measured edge is the last working set whose rate is still on its plateau (within FALL of the
 plateau's best) with every larger working set below it, i.e. where the rate leaves the plateau for
-good. A VM's share of a socket's L3 is often far smaller than the L3 it reports (seen: 480 MiB
-reported, the fall at 67-134 MB), so a sweep, its ceilings' windows and the cold-cache flush are
-sized from the measured edge; a level whose fall is not seen keeps its reported size, and says so.
+good. A VM's streaming rate often falls far below the L3 it reports (seen: 480 MiB reported, the
+fall at 64-129 MB), so a sweep's end and its ceilings' windows come from the measured edge, and
+the cold-cache flush from a multiple of it (the cache retains more than the fall suggests:
+backends.base.FLUSH_SAFETY); a level whose fall is not seen keeps its reported size, says so.
 
 Pure functions of the points (working set -> rate, the clean points only), so that the rules are
 tested on curves of known shape; `size_flush_from_ceilings` reads a kept ceilings run back.
