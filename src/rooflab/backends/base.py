@@ -33,7 +33,7 @@ class BackendError(RuntimeError):
 # The cold-cache flush passes over FLUSH_SAFETY x the last cache level's measured edge (where a
 # ceilings run of the machine saw it; cache_edges), else 2x the summed reported capacities. The
 # edge is where a streaming sweep's rate falls, not what the cache retains: on a 2-vCPU VM whose
-# sweep fell at 87 MB (480 MiB L3 reported), a read of 45 MB right after a 365 MB (4x) flush
+# sweep fell at 91 MB (480 MiB L3 reported), a read of 45 MB right after a 365 MB (4x) flush
 # still ran at 31 GB/s median (24-40) against memory's 29; after 730 MB (8x), 28.9 (25-34).
 FLUSH_SAFETY = 8
 

@@ -33,9 +33,9 @@ PLATEAU_ABOVE, PLATEAU_BELOW = 2.0, 0.5
 # A level's edge lies past the reported capacity of the level before it and at most
 # EDGE_BEYOND_REPORTED x its own: a level holds little more than it reports.
 EDGE_BEYOND_REPORTED = 1.5
-# The memory's plateau starts at MEMORY_ABOVE x the last cache's edge (at 1.7x the measured edge
-# a triad read 18 % above the memory's rate, at 3.4x 1 %) and is established by MEMORY_POINTS
-# points spanning at least an octave that agree within FALL of their median.
+# The memory's plateau starts at MEMORY_ABOVE x the last cache's edge (just past the edge a triad
+# still reads above the memory's rate, the cache holding part of it) and is established by
+# MEMORY_POINTS points spanning at least an octave that agree within FALL of their median.
 MEMORY_ABOVE, MEMORY_POINTS = 4.0, 3
 
 
