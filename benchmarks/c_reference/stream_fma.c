@@ -30,13 +30,14 @@
 static double *arr[3];
 static long m;      /* elements per thread per array (n = m * threads) */
 
-/* The arrays of a kernel in one page-aligned buffer, array k starting k KiB past a page boundary
- * so that a[i], b[i], c[i] never 4K-alias. Each thread first-touches its own chunk. */
+/* The arrays of a kernel in one page-aligned buffer, array k starting 3k KiB past a page boundary
+ * (as rooflab's _ARRAY_SKEW) so that a[i], b[i], c[i] never 4K-alias. Each thread first-touches
+ * its own chunk. */
 static void allocate(int narr, long ws, int threads) {
     long units = (long)((double)ws / (8.0 * narr * threads * UNIT) + 0.5);  /* nearest */
     long n = (units < 1 ? 1 : units) * threads * UNIT;
     m = n / threads;
-    long stride = (n * 8 + 4095) / 4096 * 4096 + 1024;
+    long stride = (n * 8 + 4095) / 4096 * 4096 + 3072;
     char *buf = aligned_alloc(4096, (size_t)(narr * stride + 4096) / 4096 * 4096);
     for (int k = 0; k < narr; k++) arr[k] = (double *)(buf + k * stride);
 #pragma omp parallel num_threads(threads)
