@@ -36,7 +36,8 @@ from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.experiments.ceiling_plan import QUICK
 from rooflab.experiments.ceilings import run_ceilings
 from rooflab.experiments.correctness import check_gemm
-from rooflab.experiments.gemm import GemmConfig, check_fits, run_gemm_sweep
+from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.gemm_configs import GemmConfig, check_fits
 from rooflab.experiments.library_ceilings import _compare_variants
 from rooflab.experiments.library_ceilings import library_ceilings as _library_ceilings
 from rooflab.experiments.timing import TimingSettings

@@ -15,11 +15,11 @@ from rooflab.backends.base import BackendError
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import validate_config
 from rooflab.experiments import timing
-from rooflab.experiments.gemm import (
+from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.gemm_configs import (
     MEMORY_HEADROOM,
     GemmTooLarge,
     check_fits,
-    run_gemm_sweep,
     sweep_configs,
 )
 from rooflab.experiments.timing import (

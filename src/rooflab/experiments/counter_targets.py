@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from rooflab.experiments import profiled_gemm, profiled_workload
-from rooflab.experiments.gemm import GemmConfig, sweep_configs
+from rooflab.experiments.gemm_configs import GemmConfig, sweep_configs
 from rooflab.vocabulary import compute_path, workload_compute_path
 from rooflab.workloads import Case, cases
 

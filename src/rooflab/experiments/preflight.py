@@ -17,7 +17,7 @@ from rooflab.experiments.ceiling_plan import (
     check_supported,
     settings_from_config,
 )
-from rooflab.experiments.gemm import check_fits, sweep_configs
+from rooflab.experiments.gemm_configs import check_fits, sweep_configs
 
 
 def preflight(backend: Backend, sweeps: Mapping[str, dict], ceilings: CeilingSettings) -> None:

@@ -16,7 +16,7 @@ import json
 import sys
 
 from rooflab.backends.selection import select_backend
-from rooflab.experiments.gemm import GemmConfig
+from rooflab.experiments.gemm_configs import GemmConfig
 from rooflab.experiments.profiled import add_arguments, common_options, profiled_call
 
 
