@@ -23,7 +23,7 @@ rule ingest:
         "../workflow_scripts/ingest.py"
 
 
-# The report reads the store only (DESIGN.md §6): index.html, with a PNG and an SVG per chart.
+# The report reads the store only (docs/report.md): index.html, with a PNG and an SVG per chart.
 rule report:
     input:
         ingest="results/store/ingest.json",

@@ -1,4 +1,4 @@
-"""The report (DESIGN.md §6), built from a small store of real measurements on this machine.
+"""The report (docs/report.md), built from a small store of real measurements on this machine.
 
 The store is made once per module the way the workflow makes it: `rooflab measure ceilings
 --quick` (the run conftest's quick_ceilings_run shares with test_ceilings), `rooflab measure gemm`

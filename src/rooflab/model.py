@@ -1,4 +1,4 @@
-"""The Roofline ledgers and bounds (DESIGN.md §3). Pure arithmetic: no I/O, no numpy.
+"""The Roofline ledgers and bounds (docs/model.md). Pure arithmetic: no I/O, no numpy.
 
 F is floating-point operations (an FMA counts 2), Q bytes across one named memory boundary, C the
 peak of one instruction path, B the bandwidth of one memory level. Every function takes and returns

@@ -1,11 +1,10 @@
 """The vector instruction paths of a CPU: which the machine has, and what a kernel built for each
 may use (pure: no compiling, no measuring).
 
-A compute roof belongs to one instruction path (DESIGN.md §3: "C matches the instruction path"):
-code built for AVX2 runs under the AVX2 roof even on a CPU with AVX-512, whose roof may be twice
-as high (Intel cores with two 512-bit FMA ports) or the same (AMD Zen 4 splits 512-bit ops). So
-every path the CPU has gets its own FMA ceiling, the widest first; a dtype's default roof is its
-widest path's.
+A compute roof belongs to one instruction path (docs/measure.md, "Ceilings (CPU)"): code built for
+AVX2 runs under the AVX2 roof even on a CPU with AVX-512, whose roof may be twice as high (Intel
+cores with two 512-bit FMA ports) or the same (AMD Zen 4 splits 512-bit ops). So every path the CPU
+has gets its own FMA ceiling, the widest first; a dtype's default roof is its widest path's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The CUDA backend: CuPy for device memory, cuBLAS (gemmEx) for GEMM, CUDA C kernels for ceilings.
 
-Read against DESIGN.md §4:
+Read against docs/gpu.md:
 
 - Timing: CUDA events on one dedicated non-blocking stream. Each sample enqueues the stream-holding
   kernel (kernels/timing.cu), the start event, the call, the stop event, and only then lets the

@@ -1,4 +1,4 @@
-"""The clock and machine conditions a measurement was taken under (DESIGN.md §4).
+"""The clock and machine conditions a measurement was taken under (docs/measure.md).
 
 Read only: rooflab never changes clocks, governors or power limits. It measures the machine as
 found and records what it found. The effective CPU clock comes from a calibrated dependent-add

@@ -1,4 +1,4 @@
-"""What the rest of the machine took from a measurement, as data (DESIGN.md §4).
+"""What the rest of the machine took from a measurement, as data (docs/disturbance.md).
 
 A sample is only as good as the CPU time its threads got. On a shared machine another process can
 hold a core while one of the measuring threads waits for it: a two-thread GEMM then waits a whole

@@ -1,7 +1,7 @@
 """GPU conditions from NVML (nvidia-ml-py): clocks, temperature, power, clock-event reasons.
 
 Read only: rooflab calls no nvmlDeviceSet* function. It never changes clocks, power limits,
-persistence mode, ECC or MIG; it records what it finds (DESIGN.md §4).
+persistence mode, ECC or MIG; it records what it finds (docs/gpu.md, "Conditions").
 
 - `GpuMonitor` opens the NVML device that is the CUDA device being measured (matched by PCI bus
   id), reads its static facts once (`static_info`) and one reading at a time (`reading`).

@@ -1,4 +1,4 @@
-"""Correct before timed: one GEMM result checked against a float64 reference (DESIGN.md §4).
+"""Correct before timed: one GEMM result checked against a float64 reference (docs/measure.md).
 
 The reference is computed from the operands exactly as stored, so rounding the inputs to their
 dtype is not an error. What remains has three sources, each with its unit roundoff (`ROUNDING`):

@@ -1,12 +1,11 @@
 """The sampling loop: warm up by time, then take samples until the stopping rule is met.
 
-Read against DESIGN.md §4: warm-up ends before the first sample; sampling stops by the stopping rule
-(experiments.stopping: the median's interval narrow enough, floors, a cap); for `cold`, the cache
-flush runs before each sample and outside the timed region; the clock and what the rest of the
-machine took from the sample (conditions.disturbance) are read after each sample, also outside
-it; every raw sample is kept; a disturbed one is left out of the statistics and re-taken, a
-bounded number of times; the clean ones are summarised by median and IQR, never by the fastest
-alone.
+Read against docs/measure.md: warm-up ends before the first sample; sampling stops by the stopping
+rule (experiments.stopping: the median's interval narrow enough, floors, a cap); for `cold`, the
+cache flush runs before each sample and outside the timed region; the clock and what the rest of the
+machine took from the sample (conditions.disturbance) are read after each sample, also outside it;
+every raw sample is kept; a disturbed one is left out of the statistics and re-taken, a bounded
+number of times; the clean ones are summarised by median and IQR, never by the fastest alone.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a measuring job writes: one Parquet file per table (DESIGN.md §5), in one run folder.
+"""What a measuring job writes: one Parquet file per table (docs/store.md), in one run folder.
 
 - `tables`: the tables, their columns and types, the schema version;
 - `run_folder`: writing a run folder whole or not at all, reading it back checked in full, and the

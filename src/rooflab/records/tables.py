@@ -1,5 +1,5 @@
-"""The tables a measuring job writes (DESIGN.md §5), their columns and types, and the schema version
-every `runs` row carries."""
+"""The tables a measuring job writes (docs/store.md), their columns and types, and the schema
+version every `runs` row carries."""
 
 from __future__ import annotations
 

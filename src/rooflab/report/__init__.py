@@ -1,4 +1,5 @@
-"""The report (DESIGN.md §6): one self-contained offline HTML page plus a PNG and an SVG per chart.
+"""The report (docs/report.md): one self-contained offline HTML page, plus a PNG and an SVG per
+chart.
 
 `build_report(db_path, out_dir)` only reads the store (one read-only connection, closed at the
 end). Every chart's data is aggregated in SQL: one row per configuration and cache state (the

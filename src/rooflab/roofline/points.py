@@ -1,12 +1,12 @@
 """Roofline points: each timed GEMM configuration against the ceilings of the machine it ran on.
 
-Pairing rules (DESIGN.md §3): the compute roof is the instruction path of the GEMM's dtype on its
-backend (`vocabulary.COMPUTE_PATH`: FMA chains on a CPU; on a GPU the tensor-core paths measured
-through cuBLAS for tf32/fp16/bf16 and fp64, the FMA chains for fp32, through cuBLASLt for FP8 and
-int8), and only where the roof's unit is the point's work unit per second (`work_unit`: an int8
-GEMM's 2MNK are OP, paired with the OP/s roof `int8_tensor`, never with a FLOP/s roof; the
-rest are FLOP against FLOP/s roofs); the bytes are the cold-cache
-model Q_model (q_source "model"), so they belong to one memory level only:
+Pairing rules: the compute roof is the instruction path of the GEMM's dtype on its backend
+(`vocabulary.COMPUTE_PATH`: FMA chains on a CPU; on a GPU the tensor-core paths measured through
+cuBLAS for tf32/fp16/bf16 and fp64, the FMA chains for fp32, through cuBLASLt for FP8 and int8), and
+only where the roof's unit is the point's work unit per second (`work_unit`: an int8 GEMM's 2MNK are
+OP, paired with the OP/s roof `int8_tensor`, never with a FLOP/s roof; the rest are FLOP against
+FLOP/s roofs); the bytes are the cold-cache model Q_model (q_source "model"), so they belong to one
+memory level only:
 - cold: the memory (DRAM on a CPU, HBM on a GPU) — the flush evicted every cache;
 - warm: the smallest cache level that holds all operands (Q_model bytes), else the memory.
 The memory's name is the bandwidth ceiling that is not a cache level of the machine.

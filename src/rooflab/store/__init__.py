@@ -1,4 +1,4 @@
-"""The result store: the only code that opens DuckDB (`results/rooflab.duckdb`, DESIGN.md §5).
+"""The result store: the only code that opens DuckDB (`results/rooflab.duckdb`, docs/store.md).
 
 - `connection`: opening the file (locks, read-only connections), `query`, the errors;
 - `views`: the named views every reader uses;

@@ -1,7 +1,7 @@
 """Nsight Compute (`ncu`): which metrics, the full command line, availability, and its CSV.
 
 Everything ncu does that changes the experiment is passed explicitly and returned as settings to
-record (DESIGN.md §4): `--cache-control` (all = flush every cache before each replay pass),
+record (docs/counters.md §1): `--cache-control` (all = flush every cache before each replay pass),
 `--clock-control none` (always: never lock clocks on a shared machine), `--replay-mode`, the NVTX
 filter, and base units. Names and flags were checked against Nsight Compute 2024.1.1 (`ncu --help`,
 its NsightComputeCli and ProfilingGuide documents, `ncu --query-metrics --chips gh100 --csv`, the
