@@ -1,7 +1,9 @@
 """The cache edges a sweep finds from its own points, and the flush sized from the last one, on
 curves of the shapes real sweeps have had (rates in GB/s; the finder reads only ratios)."""
 
-from rooflab.backends.base import FLUSH_SAFETY, flush_size
+import pytest
+
+from rooflab.backends.base import FLUSH_BYTES_ENV, FLUSH_SAFETY, BackendError, flush_size
 from rooflab.experiments.cache_edges import (
     FALL,
     MEMORY_ABOVE,
@@ -161,7 +163,8 @@ GPU_READ = {
 }
 
 
-def test_a_gpu_l2_edge_and_the_hbm_plateau_past_the_one_pass_threshold():
+def test_a_gpu_l2_edge_and_the_hbm_plateau_past_the_one_pass_threshold(monkeypatch):
+    monkeypatch.delenv(FLUSH_BYTES_ENV)
     gpu_l2 = {"L2": 50 * MiB}
     edges = find_edges(GPU_READ, gpu_l2)
     assert edges[0].measured_bytes == 40 * MiB
@@ -178,7 +181,8 @@ def test_a_gpu_l2_edge_and_the_hbm_plateau_past_the_one_pass_threshold():
     assert flush_size(gpu_l2, 10 * MiB)[0] == 80 * MiB
 
 
-def test_the_flush_is_sized_from_the_measured_last_level_within_the_reported_rule():
+def test_the_flush_is_sized_from_the_measured_last_level_within_the_reported_rule(monkeypatch):
+    monkeypatch.delenv(FLUSH_BYTES_ENV)
     size, why = flush_size(VM_CACHES)  # no ceilings run: the reported rule
     assert size == 2 * sum(VM_CACHES.values()) and why == "2x the summed reported cache capacity"
     size, why = flush_size(VM_CACHES, 64 * MiB)
@@ -188,6 +192,17 @@ def test_the_flush_is_sized_from_the_measured_last_level_within_the_reported_rul
     assert flush_size(SMALL_CACHES, 8 * MiB)[0] == 64 * MiB
     assert flush_size(SMALL_CACHES, 24 * MiB)[0] == 2 * sum(SMALL_CACHES.values())
     assert flush_size({"L2": 50 * MiB}, 80 * MiB)[0] == 160 * MiB
+
+
+def test_a_flush_set_by_hand_replaces_the_rules_and_says_what_they_gave(monkeypatch):
+    monkeypatch.setenv(FLUSH_BYTES_ENV, str(8 * MiB))
+    size, why = flush_size(VM_CACHES, 64 * MiB)
+    assert size == 8 * MiB
+    assert why.startswith(f"set by ${FLUSH_BYTES_ENV}; by its rule {FLUSH_SAFETY * 64 * MiB} B")
+    for bad in ("8 MiB", "-1", "0", "1e6"):
+        monkeypatch.setenv(FLUSH_BYTES_ENV, bad)
+        with pytest.raises(BackendError, match=rf"\${FLUSH_BYTES_ENV}='{bad}': give a whole"):
+            flush_size(VM_CACHES)
 
 
 def test_the_measured_capacity_is_the_largest_edge_of_a_run_s_sweeps():

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from rooflab.backends.base import CeilingLoad, LocalCache, flush_size
+from rooflab.backends.base import FLUSH_BYTES_ENV, CeilingLoad, LocalCache, flush_size
 from rooflab.backends.cpu import CpuBackend
 from rooflab.config import ConfigError, validate_config
 from rooflab.experiments.cache_edges import FALL
@@ -311,12 +311,13 @@ def test_quick_ceilings_find_each_cache_edge_and_stop_once_the_memory_plateau_ho
 
 
 def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_speed(
-    quick_ceilings,
+    quick_ceilings, monkeypatch
 ):
     """The flush sized from the measured last-level edge still evicts it: right after it, a read
     of a working set that fits in that level (half its edge) is no faster than a read of memory,
     while warm the same read is clearly faster. Reads alternate in one process, and each figure
     is a median of rounds, so a slow spell of a shared machine moves all three alike."""
+    monkeypatch.delenv(FLUSH_BYTES_ENV)  # the flush this test judges is the rule's
     rows = quick_ceilings[1]["ceilings"].to_pylist()
     backend = CpuBackend()
     caches = backend.cache_bytes_by_level()

@@ -8,6 +8,7 @@ this interface only, so the CPU and GPU paths take the same measurements the sam
 from __future__ import annotations
 
 import contextlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,23 +39,38 @@ class BackendError(RuntimeError):
 FLUSH_SAFETY = 8
 
 
+# A flush size set by hand for this host: a whole number of bytes. It replaces the rules below
+# everywhere (every cold sample's flush_method says so), for a machine whose caches neither the
+# reports nor a ceilings run size well, and for the test suite, whose cold samples need no
+# gigabyte flush. Smaller than the last cache level, a cold sample is partly cached.
+FLUSH_BYTES_ENV = "ROOFLAB_FLUSH_BYTES"
+
+
 def flush_size(reported: dict[str, int], measured_last: int | None = None) -> tuple[int, str]:
     """Bytes of the cold-cache flush and why that many. From the reported capacities: 2x their
     sum (a non-inclusive L3 holds lines besides the L2s), at least 2x the last level. From the
     last level's measured edge: FLUSH_SAFETY x it, no more than the reported rule, and never less
     than 2x it nor 2x the summed levels below the last (a core's own caches, which no neighbour
-    shares): a VM's streaming rate often falls far below the L3 it reports."""
+    shares): a VM's streaming rate often falls far below the L3 it reports. $ROOFLAB_FLUSH_BYTES,
+    where set, replaces both (BackendError where it is not a whole number of bytes > 0)."""
     rule = 2 * sum(reported.values())
     if measured_last is None or not reported:
-        return rule, "2x the summed reported cache capacity"
-    last = max(reported, key=reported.get)
-    private = 2 * sum(size for level, size in reported.items() if level != last)
-    size = max(min(FLUSH_SAFETY * measured_last, rule), 2 * measured_last, private)
-    return size, (
-        f"{FLUSH_SAFETY}x the {measured_last} B {last} edge measured by the ceilings sweep "
-        f"(reported {reported[last]} B), within [2x that edge and 2x the levels below it, "
-        "2x the summed reported capacity]"
-    )
+        size, why = rule, "2x the summed reported cache capacity"
+    else:
+        last = max(reported, key=reported.get)
+        private = 2 * sum(size for level, size in reported.items() if level != last)
+        size = max(min(FLUSH_SAFETY * measured_last, rule), 2 * measured_last, private)
+        why = (
+            f"{FLUSH_SAFETY}x the {measured_last} B {last} edge measured by the ceilings sweep "
+            f"(reported {reported[last]} B), within [2x that edge and 2x the levels below it, "
+            "2x the summed reported capacity]"
+        )
+    by_hand = os.environ.get(FLUSH_BYTES_ENV, "").strip()
+    if not by_hand:
+        return size, why
+    if not by_hand.isdigit() or int(by_hand) < 1:
+        raise BackendError(f"${FLUSH_BYTES_ENV}={by_hand!r}: give a whole number of bytes > 0")
+    return int(by_hand), f"set by ${FLUSH_BYTES_ENV}; by its rule {size} B: {why}"
 
 
 @dataclass
