@@ -121,7 +121,7 @@ def campaign(tmp_path_factory):
     write_analysis(analysis, results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
-    return {"db": db, "report": build_report(db, results.parent / "report")}
+    return {"db": db, "report": build_report(db, results.parent / "report", images=False)}
 
 
 def test_views_carry_each_points_work_unit_and_each_roofs_unit(campaign):
@@ -245,7 +245,7 @@ def test_a_machine_without_integer_work_gets_no_integer_roofline(tmp_path):
     runs = constructed_counters.write_campaign(results)
     write_analysis(build_analysis([runs["ceilings"]], [runs["gemm"]]), results / "roofline")
     ingest(results / "rooflab.duckdb", results)
-    report = build_report(results / "rooflab.duckdb", tmp_path / "report")
+    report = build_report(results / "rooflab.duckdb", tmp_path / "report", images=False)
     assert "roofline" in report.charts and "integer_roofline" not in report.charts
     assert "Not on this chart" not in report.index.read_text()
 

@@ -495,17 +495,23 @@ def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, stor
     assert {row["q_source"] for row in rows if "achieved_flops_per_s" in row} == {"model"}
 
 
-def test_report_only_reads_the_store(store, tmp_path):
+def test_report_only_reads_the_store(store, built, tmp_path):
     before = hashlib.sha256(store.read_bytes()).hexdigest()
-    build_report(store, tmp_path / "again")
+    again = build_report(store, tmp_path / "again", images=False)
     assert hashlib.sha256(store.read_bytes()).hexdigest() == before
+    # without images: the same charts, specs and page, and no PNG or SVG drawn
+    assert again.charts == built.charts and again.specs == built.specs
+    assert again.index.read_text() == built.index.read_text()
+    assert again.files == [again.index] and sorted(p.name for p in again.out_dir.iterdir()) == [
+        "index.html"
+    ]
 
 
 def test_empty_store_gives_a_page_saying_so(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     ingest(results / "rooflab.duckdb", results)
-    report = build_report(results / "rooflab.duckdb", tmp_path / "report")
+    report = build_report(results / "rooflab.duckdb", tmp_path / "report", images=False)
     assert report.charts == []
     assert "nothing to report" in report.index.read_text()
 
@@ -516,7 +522,7 @@ def test_a_store_of_ceilings_only_gets_its_roofs_and_sweep(quick_ceilings_run, t
     results = tmp_path / "results"
     shutil.copytree(ceilings_run, results / "ceilings" / "runs" / ceilings_run.name)
     ingest(results / "rooflab.duckdb", results)
-    report = build_report(results / "rooflab.duckdb", tmp_path / "report")
+    report = build_report(results / "rooflab.duckdb", tmp_path / "report", images=False)
     assert report.charts[:2] == ["roofline", "ceiling_sweep"]
     assert not [name for name in report.charts if name.startswith("reuse_")]
     rows = [row for rows in report.specs["roofline"]["datasets"].values() for row in rows]
@@ -544,7 +550,7 @@ def test_a_beaten_roof_and_each_instruction_path_are_shown(quick_ceilings_run, t
     results = tmp_path / "results"
     write_run(results / "ceilings" / "runs", tables["runs"][0]["run_id"], tables)
     ingest(results / "rooflab.duckdb", results)
-    report = build_report(results / "rooflab.duckdb", tmp_path / "report")
+    report = build_report(results / "rooflab.duckdb", tmp_path / "report", images=False)
     page = report.index.read_text()
     figures = f"{blas / 1e9:.4g} GFLOP/s > fp64_fma {blas / 1.3e9:.4g} GFLOP/s"
     assert figures in line
@@ -989,7 +995,7 @@ def history(store, tmp_path_factory):
     write_analysis(analysis, results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
-    report = build_report(db, results.parent / "report")
+    report = build_report(db, results.parent / "report", images=False)
     return {
         "db": db,
         "report": report,
@@ -1118,7 +1124,11 @@ def constructed_report(tmp_path_factory):
     write_analysis(analysis, results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
-    return {"db": db, "report": build_report(db, results.parent / "report"), "points": counted}
+    return {
+        "db": db,
+        "report": build_report(db, results.parent / "report", images=False),
+        "points": counted,
+    }
 
 
 def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(constructed_report):

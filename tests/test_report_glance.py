@@ -566,7 +566,7 @@ def test_ceiling_summary_carries_the_read_kernels_ceiling_beside_the_best(constr
 def test_the_report_says_which_kernel_is_best_and_marks_the_nominal_clock(
     constructed_store, tmp_path
 ):
-    report = build_report(constructed_store, tmp_path / "report")
+    report = build_report(constructed_store, tmp_path / "report", images=False)
     page = report.index.read_text()
     sweeps = [p for p in page.split("<section class='chart'>") if "Ceiling sweep</h" in p]
     assert len(sweeps) == 3

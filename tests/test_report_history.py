@@ -114,7 +114,7 @@ def stores(tmp_path_factory, quick_ceilings_run):
     one = root / "one" / "results"
     shutil.copytree(results, one)
     one_db = _store(one)
-    one_report = build_report(one_db, one.parent / "report")
+    one_report = build_report(one_db, one.parent / "report", images=False)
 
     second = _measure_gemm(root)
     points = read_run(second)["gemm_points"].to_pylist()
@@ -154,7 +154,7 @@ def stores(tmp_path_factory, quick_ceilings_run):
     db = _store(results)
     return {
         "db": db,
-        "report": build_report(db, root / "report"),
+        "report": build_report(db, root / "report", images=False),
         "one_db": one_db,
         "one_report": one_report,
         "slower": [f"{slower} {state}" for state in ("warm", "cold")],

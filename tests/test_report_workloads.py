@@ -445,7 +445,7 @@ def test_far_below_roof_flags_points_under_one_percent(constructed_store):
 
 
 def test_the_report_of_the_constructed_store_says_the_far_below_point(constructed_store, tmp_path):
-    report = build_report(constructed_store, tmp_path / "report")
+    report = build_report(constructed_store, tmp_path / "report", images=False)
     assert "workload_time_chase" in report.charts and "implementations" not in report.charts
     assert "workload_time_single" not in report.charts
     page = report.index.read_text()

@@ -67,7 +67,7 @@ def campaign(tmp_path_factory):
     write_analysis(analysis, results / "roofline")
     db = results / "rooflab.duckdb"
     ingest(db, results)
-    report = build_report(db, root / "report")
+    report = build_report(db, root / "report", images=False)
     receipts = []
     for run_dir in runs:
         receipt = run_dir.parent.parent / f"{run_dir.name}.json"

@@ -372,10 +372,11 @@ def _refuse_shared_names(names: list[str]) -> None:
         )
 
 
-def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
+def build_report(db_path: str | Path, out_dir: str | Path, images: bool = True) -> Report:
     """Write out_dir/index.html and a PNG and an SVG per chart; read-only on the store. Every
     number comes from the store's views; a `stages` scenario of the config gets a chart where the
-    roofline step stored its bounds (view latest_stage_bounds)."""
+    roofline step stored its bounds (view latest_stage_bounds). `images` False: the page and the
+    specs only, no chart drawn (for a reader of the specs; most of the report's time)."""
     import vl_convert as vlc
 
     out_dir = Path(out_dir)
@@ -411,6 +412,9 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
     for chart in every:
         spec = chart.chart.to_dict()
         report.specs[chart.name] = spec
+        report.charts.append(chart.name)
+        if not images:
+            continue
         png = out_dir / f"{chart.name}.png"
         svg = out_dir / f"{chart.name}.svg"
         # the chart laid out once (Vega), its PNG rasterised from that SVG: half the time of
@@ -418,7 +422,6 @@ def build_report(db_path: str | Path, out_dir: str | Path) -> Report:
         drawn = vlc.vegalite_to_svg(spec, vl_version=version)
         _write(svg, drawn.encode("utf-8"))
         _write(png, vlc.svg_to_png(drawn, scale=2))
-        report.charts.append(chart.name)
         report.files += [png, svg]
     page = index_html(machines, report.specs, [side_by_side] if side_by_side else [])
     temporary = report.index.with_name(".index.html.tmp")
