@@ -21,6 +21,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
+
+from smoke import add_smoke, verdict
 
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.ceiling_plan import FIXED, CeilingSettings
@@ -33,9 +36,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    add_smoke(parser)
     args = parser.parse_args()
     backend = select_backend(args.backend)
     sides = {"fixed": FIXED, "new": CeilingSettings()}
+    if args.smoke:  # one round of triad to 16 MiB, fp64 FMA, a 256^3 BLAS GEMM, short windows
+        args.rounds = 1
+        small = {"kernels": ("triad",), "max_working_set_bytes": 16 << 20, "blas_n": 256}
+        small |= {"fma_dtypes": ("fp64",), "blas_dtypes": ("fp64",), "points_per_octave": 2}
+        small |= {"window_s": 0.005, "windows": 3, "max_rounds": 2}
+        sides = {side: replace(settings, **small) for side, settings in sides.items()}
     values: dict[str, dict[tuple, list[float]]] = {side: {} for side in sides}
     walls: dict[str, list[float]] = {side: [] for side in sides}
     points: dict[str, list[int]] = {side: [] for side in sides}
@@ -82,7 +92,7 @@ def main() -> int:
         f"wall time new / fixed: {ratio:.2f}; ceilings off by more than 3 %: {missed + unjudged}, "
         f"of which within the fixed rounds' own spread: {unjudged}"
     )
-    return 1 if missed else 0
+    return verdict(not missed, args.smoke)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
+from smoke import add_smoke, verdict
+
 from rooflab.backends.cpu import CpuBackend
-from rooflab.experiments.ceiling_plan import CeilingSettings
+from rooflab.experiments.ceiling_plan import QUICK, CeilingSettings
 from rooflab.experiments.ceiling_windows import units_for_window
 from rooflab.experiments.ceilings import run_ceilings
 
@@ -88,12 +91,13 @@ def reference_fma(binary, threads, dtype, window_s, windows) -> float:
     return statistics.median(rates)
 
 
-def likwid(test: str, working_set: str, threads: int) -> float:
+def likwid(test: str, working_set: str, threads: int, smoke: bool = False) -> float:
     """likwid-bench's rate (FLOP/s for peakflops, B/s for stream) of one run (its default
     minimum of 1 s: with `-s 0.5` its iteration count came out far too small here, at a sixth to
-    a half of its own rate)."""
+    a half of its own rate; `smoke`: 10 iterations, its rate not judged)."""
+    iterations = ["-i", "10"] if smoke else []
     result = subprocess.run(
-        ["likwid-bench", "-t", test, "-W", f"N:{working_set}:{threads}"],
+        ["likwid-bench", "-t", test, "-W", f"N:{working_set}:{threads}", *iterations],
         capture_output=True,
         text=True,
         check=True,
@@ -114,28 +118,36 @@ def best_points(tables: dict) -> dict[str, int]:
     }
 
 
-def peers_round(backend, binaries, tables, settings, use_likwid) -> dict[str, float]:
-    """The peers' figures, keyed `<source>/<isa>/<ceiling>` (ceiling: a level, fp64, fp32)."""
+def peers_round(backend, binaries, tables, settings, use_likwid, smoke=False):
+    """The peers' figures, keyed `<source>/<isa>/<ceiling>` (ceiling: a level, fp64, fp32): the
+    C triad at every point of a level's sweep, median of 3 windows (`smoke`: once, at rooflab's
+    best point of the level)."""
     threads = backend.default_threads()
     theirs = {}
     sizes = best_points(tables)
     for isa, binary in binaries.items():
         for level in LEVELS:
-            points = [p for p in tables["ceiling_sweep"] if p["level"] == level]
+            points = [
+                p
+                for p in tables["ceiling_sweep"]
+                if p["level"] == level and (not smoke or p["working_set_bytes"] == sizes[level])
+            ] or [p for p in tables["ceiling_sweep"] if p["level"] == level]
             theirs[f"C/{isa}/{level}"] = max(
-                reference_triad(binary, threads, p["working_set_bytes"], p["reps"], 3)
+                reference_triad(
+                    binary, threads, p["working_set_bytes"], p["reps"], 1 if smoke else 3
+                )
                 for p in points
             )
             if use_likwid:
                 size = f"{max(1, round(sizes[level] / 1000))}kB"
-                theirs[f"likwid/{isa}/{level}"] = likwid(LIKWID_TRIAD[isa], size, threads)
+                theirs[f"likwid/{isa}/{level}"] = likwid(LIKWID_TRIAD[isa], size, threads, smoke)
         for dtype in settings.fma_dtypes:
             theirs[f"C/{isa}/{dtype}"] = reference_fma(
                 binary, threads, dtype, settings.window_s, settings.windows
             )
             if use_likwid:
                 theirs[f"likwid/{isa}/{dtype}"] = likwid(
-                    LIKWID[isa][dtype], LIKWID_FMA_SET, threads
+                    LIKWID[isa][dtype], LIKWID_FMA_SET, threads, smoke
                 )
     return theirs
 
@@ -156,6 +168,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--window-s", type=float, default=CeilingSettings.window_s)
     parser.add_argument("--no-likwid", action="store_true", help="C reference only")
+    add_smoke(parser)
     args = parser.parse_args()
     use_likwid = not args.no_likwid and shutil.which("likwid-bench") is not None
     if not args.no_likwid and not use_likwid:
@@ -163,6 +176,8 @@ def main() -> int:
     backend = CpuBackend()
     isas = tuple(isa for isa in backend.fma_isas() if isa in C_FLAGS)
     settings = CeilingSettings(kernels=("triad",), window_s=args.window_s)
+    if args.smoke:  # one round of the --quick ceilings (2 points an octave, a 1024^3 BLAS GEMM)
+        args.rounds, settings = 1, replace(QUICK, kernels=("triad",))
     best_ours: dict[str, float] = {}
     best_theirs: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -172,7 +187,7 @@ def main() -> int:
             ours: dict[str, float] = {}  # a level's best kernel (triad, triad_avx2)
             for row in tables["ceilings"]:
                 ours[row["name"]] = max(ours.get(row["name"], 0.0), row["value"])
-            theirs = peers_round(backend, binaries, tables, settings, use_likwid)
+            theirs = peers_round(backend, binaries, tables, settings, use_likwid, args.smoke)
             print(
                 f"round {index + 1}: "
                 + ", ".join(f"{name} {value / 1e9:.1f}" for name, value in sorted(ours.items()))
@@ -208,11 +223,11 @@ def main() -> int:
             missed.append(ours)
     for dtype in settings.blas_dtypes:
         blas, fma = best_ours[f"{dtype}_blas"], best_ours[f"{dtype}_fma"]
-        verdict = "ok" if blas <= fma else "MISSED (roof beaten)"
-        print(f"{dtype}_blas {blas / 1e9:.1f} <= {dtype}_fma {fma / 1e9:.1f} GFLOP/s: {verdict}")
+        judged = "ok" if blas <= fma else "MISSED (roof beaten)"
+        print(f"{dtype}_blas {blas / 1e9:.1f} <= {dtype}_fma {fma / 1e9:.1f} GFLOP/s: {judged}")
         if blas > fma:
             missed.append(f"{dtype}_blas")
-    return 1 if missed else 0
+    return verdict(not missed, args.smoke)
 
 
 if __name__ == "__main__":

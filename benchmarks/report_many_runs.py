@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from many_runs import MAX_PNG_BYTES, MAX_PNG_SIDE_PX, build_many_runs_store, png_size
+from smoke import add_smoke, verdict
 
 from rooflab.report import build_report
 
@@ -36,7 +37,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--sweeps", type=int, default=100)
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.sweeps = 12, 3
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         started = time.perf_counter()
@@ -72,8 +76,7 @@ def main() -> int:
         f"(target <= {MAX_PNG_BYTES / 1e6:g} MB)"
     )
     print(f"index.html                   {html_bytes / 1e6:7.2f} MB")
-    print("targets met" if ok else "target MISSED")
-    return 0 if ok else 1
+    return verdict(ok, args.smoke)
 
 
 if __name__ == "__main__":

@@ -206,3 +206,16 @@ def test_every_view_is_documented():
 
     described = (SRC.parents[1] / "docs" / "store.md").read_text(encoding="utf-8")
     assert [name for name in VIEWS_SQL if f"`{name}`" not in described] == []
+
+
+def test_every_benchmark_takes_smoke_and_is_listed():
+    """.ci/run runs every benchmark (a script with a __main__) with --smoke, so each must take it
+    (benchmarks/smoke.py) and be in docs/benchmarks.md's table."""
+    benchmarks = SRC.parents[1] / "benchmarks"
+    listed = (SRC.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    scripts = [p for p in benchmarks.glob("*.py") if '__name__ == "__main__"' in p.read_text()]
+    assert len(scripts) >= 10
+    for script in scripts:
+        text = script.read_text(encoding="utf-8")
+        assert "add_smoke(parser)" in text and "verdict(" in text, script.name
+        assert f"benchmarks/{script.name}" in listed, script.name
