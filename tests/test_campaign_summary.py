@@ -144,6 +144,7 @@ onerror:
 """
 
 
+@pytest.mark.slow  # a real Snakemake campaign, stopped by SIGTERM
 def test_a_campaign_stopped_by_sigterm_says_nothing_failed(tmp_path):
     """Real Snakemake, sent SIGTERM while a job runs: it lets the job finish, then stops; the
     campaign's closing words say it was stopped, not that something failed."""

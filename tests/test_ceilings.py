@@ -310,6 +310,7 @@ def test_quick_ceilings_find_each_cache_edge_and_stop_once_the_memory_plateau_ho
         )
 
 
+@pytest.mark.slow  # rounds of real reads through a gigabyte flush
 def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_speed(
     quick_ceilings, monkeypatch
 ):

@@ -204,6 +204,7 @@ def slow(params, ctx):
 """
 
 
+@pytest.mark.slow  # a real workload job stopped at its limit
 def test_rooflab_job_limit_s_stops_a_workload_job_naming_it(lock_dir, tmp_path):
     (tmp_path / "mykernels.py").write_text(SLOW_CALLS)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "ROOFLAB_JOB_LIMIT_S": "3"}

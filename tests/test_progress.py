@@ -221,6 +221,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a real measuring job in a pseudo-terminal session
 @pytest.mark.parametrize("mode", ["tty", "off"])
 def test_a_job_writes_its_status_line_to_its_controlling_terminal_only_when_asked(tmp_path, mode):
     """A job of the campaign, its stderr in its log, in a session whose controlling terminal is a

@@ -37,6 +37,9 @@ from many_runs import (
     write_many_runs,
 )
 
+# A store of 150 runs and a report that draws every image: over 10 s here.
+pytestmark = pytest.mark.slow
+
 RUNS, SWEEPS = 150, 30
 SLOWER_SWEEP = "sweep003"
 

@@ -638,6 +638,7 @@ def test_ingest_goes_ahead_when_the_lock_is_released_in_time(results, db):
         holder.wait()
 
 
+@pytest.mark.slow  # a real ingest killed part way
 def test_a_killed_ingest_leaves_no_partial_run(results, db):
     run_dirs = [big_gemm_run(results, T0 + timedelta(minutes=i), 150_000) for i in range(8)]
     # The worker says when it starts inserting a run's samples: by then the run's `runs` and

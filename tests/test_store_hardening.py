@@ -425,6 +425,7 @@ def test_ingest_names_the_damaged_table_it_reads_itself(results, db):
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow  # a real Snakemake run of the ingest rule
 def test_the_ingest_rule_fails_in_one_line_on_a_damaged_store(results, db, tmp_path):
     """The workflow's ingest job (workflow_scripts/ingest.py, run by Snakemake): the same check,
     one line in its log, no receipt, so the campaign does not end as if the store were good."""
