@@ -23,9 +23,10 @@ from rooflab.comparison import (
     compare_samples,
     compare_summaries,
 )
+from rooflab.store.connection import VERSION_TABLE
 
-# Tables the store derives itself (not from a run folder): no run may hold one of these names.
-STORE_TABLES = ("run_comparisons",)
+# Tables the store keeps itself (not from a run folder): no run may hold one of these names.
+STORE_TABLES = ("run_comparisons", VERSION_TABLE)
 CLOCK_CHANGE = 0.05  # a clock range that moved more than this fraction is a changed condition
 
 COLUMNS = (

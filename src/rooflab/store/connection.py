@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rooflab.records import SCHEMA_VERSION
 from rooflab.store.views import VIEWS_SQL
 
 if TYPE_CHECKING:
@@ -35,6 +36,42 @@ class StoreError(Exception):
 
 class StoreLocked(StoreError):
     """Another process holds the database file."""
+
+
+# The store's schema version (store.versions): the records.SCHEMA_VERSION of the rooflab that last
+# wrote its tables, one row of this table.
+VERSION_TABLE = "store_schema"
+
+
+class StoreTooNew(StoreError):
+    """A store or run folder written by a newer rooflab than this one."""
+
+
+def stored_version(connection: duckdb.DuckDBPyConnection) -> int | None:
+    """The store's schema version: its `store_schema` row; for a store written before that table,
+    the newest `runs.schema_version` it holds (0 where it holds no run); None for a new, empty
+    file."""
+    tables = {
+        row[0].lower()
+        for row in connection.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchall()
+    }
+    for table in (VERSION_TABLE, "runs"):
+        if table in tables:
+            (newest,) = connection.execute(f"SELECT max(schema_version) FROM {table}").fetchall()
+            return int(newest[0] or 0)
+    return None
+
+
+def refuse_newer(version: int | None, where: Path | str) -> None:
+    """StoreTooNew where `version` (of a store or a run folder at `where`) is newer than this
+    rooflab's."""
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreTooNew(
+            f"{where}: written by a newer rooflab (schema version {version}; this rooflab reads "
+            f"versions up to {SCHEMA_VERSION}): upgrade rooflab to read it"
+        )
 
 
 class QueryError(StoreError):
@@ -132,9 +169,15 @@ def connect_read_only(
     db_path = Path(db_path)
     if not db_path.is_file():
         raise StoreError(f"no store at {db_path}; run the workflow or `rooflab store rebuild`")
-    return _open(
+    connection = _open(
         db_path, read_only=True, lock_timeout_s=lock_timeout_s, action="the query", locked=True
     )
+    try:
+        refuse_newer(stored_version(connection), db_path)
+    except StoreError:
+        connection.close()
+        raise
+    return connection
 
 
 def _one_line(error: Exception) -> str:

@@ -19,6 +19,7 @@ replace, in one transaction, the store's derived rows of the runs that step read
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -41,8 +42,18 @@ from rooflab.store.comparisons import (
     ensure_comparisons_table,
     refresh_comparisons,
 )
-from rooflab.store.connection import DEFAULT_DB, StoreError, StoreLocked, _one_line, _open
+from rooflab.store.connection import (
+    DEFAULT_DB,
+    StoreError,
+    StoreLocked,
+    StoreTooNew,
+    _one_line,
+    _open,
+    refuse_newer,
+    stored_version,
+)
 from rooflab.store.integrity import read_back, store_failures
+from rooflab.store.versions import migrate
 from rooflab.store.views import VIEWS_SQL
 
 if TYPE_CHECKING:
@@ -129,12 +140,13 @@ def _quote(identifier: str) -> str:
 
 
 class _Writer:
-    """A read-write connection with the store's tables and views, inserting runs."""
+    """A read-write connection with the store's tables and views, inserting runs. A store of an
+    older rooflab is migrated first (store.versions), with its tables, in one transaction."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection):
+    def __init__(self, connection: duckdb.DuckDBPyConnection, db_path: Path):
         self.connection = connection
         self.columns: dict[str, set[str]] = {}
-        self.ensure_schema()
+        self.transaction(lambda: (migrate(connection, db_path), self.ensure_schema()))
 
     def _load_columns(self) -> None:
         rows = self.connection.execute(
@@ -204,7 +216,11 @@ class _Writer:
             work()
             self.connection.execute("COMMIT")
         except BaseException:
-            self.connection.execute("ROLLBACK")
+            import duckdb
+
+            # DuckDB may have ended it already (a failed write, a full disk): nothing to undo
+            with contextlib.suppress(duckdb.TransactionException):
+                self.connection.execute("ROLLBACK")
             self._load_columns()  # columns added in the transaction are gone again
             raise
 
@@ -281,6 +297,18 @@ class _Writer:
             report.roofline_rows_inserted = tables["roofline_points"][1].num_rows
 
 
+def _run_version(folder: RunFolder) -> int | None:
+    """The schema version its runs row says it was written with (None: not readable here; the
+    folder's full read says why)."""
+    import pyarrow.parquet as pq
+
+    try:
+        column = pq.read_table(folder.path / "runs.parquet", columns=["schema_version"])[0]
+        return column[0].as_py() if len(column) else None
+    except Exception:  # any unreadable file: read_run_folder says why
+        return None
+
+
 def _ingest_with(
     writer: _Writer,
     results_dir: Path,
@@ -294,6 +322,7 @@ def _ingest_with(
             report.present_run_ids.append(folder.run_id)
             continue
         try:
+            refuse_newer(_run_version(folder), folder.path / "runs.parquet")
             tables = read_run_folder(folder, reserved={*VIEWS_SQL, *STORE_TABLES})
             if tables["runs"].column("run_id")[0].as_py() != folder.run_id:
                 raise _BadFile(
@@ -301,7 +330,7 @@ def _ingest_with(
                     f"{tables['runs'].column('run_id')[0].as_py()} differs from its folder name"
                 )
             writer.insert_run(folder, tables, report)
-        except (_BadFile, RunFolderError) as error:
+        except (_BadFile, RunFolderError, StoreTooNew) as error:
             report.bad_runs.append((folder.run_id, str(error)))
             continue
         except StoreError as error:
@@ -348,7 +377,7 @@ def ingest(
     with store_failures(db_path, "runs into it", _INGEST_KEPT, lock_timeout_s=lock_timeout_s):
         connection = _open(db_path, read_only=False, lock_timeout_s=lock_timeout_s, action="ingest")
         try:
-            _ingest_with(_Writer(connection), results_dir, report, on_run_added)
+            _ingest_with(_Writer(connection, db_path), results_dir, report, on_run_added)
         finally:
             connection.close()
         read_back(db_path, lock_timeout_s=lock_timeout_s)  # succeeded: every table reads whole
@@ -387,6 +416,12 @@ def rebuild(
             raise
         except StoreError:
             old = None  # an unreadable store is what rebuild is for
+    if old is not None:  # a newer rooflab's store: rebuilt here it would lose what it knows
+        try:
+            refuse_newer(stored_version(old), db_path)
+        except StoreTooNew:
+            old.close()
+            raise
     report = IngestReport(db_path)
     try:
         report.stale_removed = _remove_stale_rebuilds(db_path)
@@ -395,7 +430,7 @@ def rebuild(
         with store_failures(new_path, "the new store", _REBUILD_KEPT, lock_timeout_s=0):
             connection = _open(new_path, read_only=False, lock_timeout_s=0, action="rebuild")
             try:
-                _ingest_with(_Writer(connection), results_dir, report, None)
+                _ingest_with(_Writer(connection, db_path), results_dir, report, None)
                 connection.execute("CHECKPOINT")  # everything in the file, no WAL to carry along
             finally:
                 connection.close()

@@ -1,0 +1,149 @@
+"""The store's schema version (store.versions): a store of an older rooflab opens and is migrated
+at its first write, a store or run folder of a newer one is refused in one line. The old store is
+tests/fixtures/store/schema5.duckdb.gz, written by rooflab at schema version 5 (README there)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import rooflab.store.connection as connection_module
+import rooflab.store.versions as versions
+from rooflab.backends.cpu import CpuBackend
+from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.timing import TimingSettings
+from rooflab.records import SCHEMA_VERSION, TABLES, write_run
+from rooflab.store import RunsSetAside, StoreError, ingest, query, rebuild
+from rooflab.store.connection import VERSION_TABLE, StoreTooNew
+from tests.conftest import run_rooflab
+
+FIXTURE = Path(__file__).parent / "fixtures" / "store" / "schema5.duckdb.gz"
+SWEEP = {"m": [1], "n": [16], "k": [16], "dtypes": ["fp64"], "layouts": ["nn"]}
+SWEEP |= {"cache_states": ["warm"], "seed": 0}
+
+
+def old_store(tmp_path: Path) -> Path:
+    db = tmp_path / "old.duckdb"
+    with gzip.open(FIXTURE) as packed, db.open("wb") as out:
+        shutil.copyfileobj(packed, out)
+    return db
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> Path:
+    """A results folder with one real, tiny GEMM run of this rooflab."""
+    timing = TimingSettings(warmup_s=0.01, min_time_s=0.01, min_samples=3, rounds=1)
+    tables = run_gemm_sweep(CpuBackend(), "v", SWEEP, timing)
+    results = tmp_path_factory.mktemp("versions") / "results"
+    write_run(results / "sweeps" / "v" / "runs", tables["runs"][0]["run_id"], tables)
+    return results
+
+
+def version_of(db: Path) -> int:
+    (row,) = query(db, f"SELECT schema_version FROM {VERSION_TABLE}").to_pylist()
+    return row["schema_version"]
+
+
+def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest(
+    tmp_path, measured
+):
+    db = old_store(tmp_path)
+    with duckdb.connect(str(db), read_only=True) as raw:
+        tables = {row[0] for row in raw.execute("SHOW TABLES").fetchall()}
+        assert VERSION_TABLE not in tables  # written before the store kept its version
+        (old_run,) = raw.execute("SELECT run_id FROM runs WHERE schema_version = 5").fetchall()
+    # an older store opens for reading as it is
+    assert [r["run_id"] for r in query(db, "SELECT run_id FROM runs").to_pylist()] == [old_run[0]]
+    report = ingest(db, measured)
+    assert len(report.added_run_ids) == 1
+    assert version_of(db) == SCHEMA_VERSION
+    runs = query(db, "SELECT run_id, schema_version FROM runs ORDER BY run_id").to_pylist()
+    assert {r["run_id"] for r in runs} == {old_run[0], *report.added_run_ids}
+    for name, schema in TABLES.items():  # every table has every column of this rooflab
+        have = {r["column_name"] for r in query(db, f"DESCRIBE {name}").to_pylist()}
+        assert set(schema.empty_table().column_names) <= have, name
+
+
+def test_migration_steps_run_once_in_order_up_to_this_version(tmp_path, measured, monkeypatch):
+    db = tmp_path / "store.duckdb"
+    ingest(db, measured)
+    assert version_of(db) == SCHEMA_VERSION
+    ran = []
+    newer = SCHEMA_VERSION + 2
+    for module in (versions, connection_module):
+        monkeypatch.setattr(module, "SCHEMA_VERSION", newer)
+
+    def step(version):
+        def run(connection):
+            ran.append(version)
+            (count,) = connection.execute("SELECT count(*) FROM runs").fetchall()[0]
+            assert count == 1  # a step sees the store as its version left it
+
+        return run
+
+    monkeypatch.setattr(versions, "MIGRATIONS", {newer: step(newer), newer - 1: step(newer - 1)})
+    ingest(db, measured)
+    assert ran == [SCHEMA_VERSION + 1, SCHEMA_VERSION + 2] and version_of(db) == newer
+    ingest(db, measured)
+    assert ran == [SCHEMA_VERSION + 1, SCHEMA_VERSION + 2]  # nothing runs twice
+
+    def failing(connection):
+        connection.execute("CREATE TABLE half_done (x INTEGER)")
+        raise RuntimeError("step failed")
+
+    monkeypatch.setattr(versions, "MIGRATIONS", {newer + 1: failing})
+    for module in (versions, connection_module):
+        monkeypatch.setattr(module, "SCHEMA_VERSION", newer + 1)
+    with pytest.raises(RuntimeError, match="step failed"):
+        ingest(db, measured)
+    assert version_of(db) == newer  # all of a migration or none of it
+    assert not query(db, "SELECT * FROM duckdb_tables() WHERE table_name = 'half_done'")
+
+
+def test_a_store_of_a_newer_rooflab_is_refused_in_one_line_and_left_as_it_is(tmp_path, measured):
+    db = tmp_path / "store.duckdb"
+    ingest(db, measured)
+    with duckdb.connect(str(db)) as raw:
+        raw.execute(f"UPDATE {VERSION_TABLE} SET schema_version = {SCHEMA_VERSION + 1}")
+    before = db.read_bytes()
+    says = (
+        f"{db}: written by a newer rooflab (schema version {SCHEMA_VERSION + 1}; this rooflab "
+        f"reads versions up to {SCHEMA_VERSION}): upgrade rooflab to read it"
+    )
+    for call in (lambda: query(db, "SELECT 1"), lambda: ingest(db, measured)):
+        with pytest.raises(StoreTooNew) as refused:
+            call()
+        assert str(refused.value) == says
+    with pytest.raises(StoreTooNew):
+        rebuild(db, measured)
+    assert db.read_bytes() == before
+    result = run_rooflab("query", "SELECT count(*) FROM runs", "--db", db)
+    assert result.returncode == 2 and result.stderr == f"rooflab: error: {says}\n"
+    assert issubclass(StoreTooNew, StoreError)
+
+
+def test_a_run_folder_of_a_newer_rooflab_is_set_aside_naming_its_version(tmp_path, measured):
+    results = tmp_path / "results"
+    shutil.copytree(measured, results)
+    (runs_file,) = results.glob("sweeps/v/runs/*/runs.parquet")
+    runs = pq.read_table(runs_file)
+    column = runs.schema.get_field_index("schema_version")
+    newer = pa.array([SCHEMA_VERSION + 1], type=runs.schema.field(column).type)
+    pq.write_table(runs.set_column(column, "schema_version", newer), runs_file)
+    with pytest.raises(RunsSetAside) as set_aside:
+        ingest(tmp_path / "store.duckdb", results)
+    ((run_id, reason),) = set_aside.value.report.bad_runs
+    assert run_id == runs_file.parent.name
+    assert reason == (
+        f"{runs_file}: written by a newer rooflab (schema version {SCHEMA_VERSION + 1}; this "
+        f"rooflab reads versions up to {SCHEMA_VERSION}): upgrade rooflab to read it"
+    )
+    assert query(tmp_path / "store.duckdb", "SELECT count(*) AS n FROM runs").to_pylist() == [
+        {"n": 0}
+    ]
