@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from smoke import add_smoke, verdict
 
 from rooflab.backends.base import FLUSH_BYTES_ENV
-from tests.conftest import installed_script
-from tests.test_workflow import TINY, copy_workflow
+from tests.campaigns import TINY
+from tests.conftest import copy_workflow, installed_script
 
 TARGET_S, TARGET_BYTES = 1.0, 300e6
 ONE_RULE = """rule all:

@@ -219,3 +219,18 @@ def test_every_benchmark_takes_smoke_and_is_listed():
         text = script.read_text(encoding="utf-8")
         assert "add_smoke(parser)" in text and "verdict(" in text, script.name
         assert f"benchmarks/{script.name}" in listed, script.name
+
+
+def test_no_test_module_imports_another():
+    """Shared test helpers live in helper modules (tests/store_runs.py, tests/report_pages.py,
+    ...), never in a test module another one imports: a test module is only run, not used."""
+    import re
+
+    tests = SRC.parents[1] / "tests"
+    importing = re.compile(
+        r"^\s*(from tests(\.\w+)* import test_|from tests\.(\w+\.)*test_\w+ "
+        r"|import tests\.(\w+\.)*test_)",
+        re.M,
+    )
+    for path in [*tests.rglob("*.py"), *(SRC.parents[1] / "benchmarks").glob("*.py")]:
+        assert not importing.search(path.read_text(encoding="utf-8")), path.name

@@ -19,7 +19,7 @@ from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import VIEWS_SQL, ingest
 from rooflab.store.comparisons import STORE_TABLES
 from tests.conftest import installed_script, run_rooflab
-from tests.test_store import two_machines
+from tests.store_runs import two_machines
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = """\

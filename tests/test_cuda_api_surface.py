@@ -185,7 +185,7 @@ def test_the_nvmath_names_rooflab_uses_exist_as_its_fake_has_them():
     import numpy as np
 
     from rooflab.backends.cublaslt_args import LT_GEMM_TYPES
-    from tests import test_cublaslt_wiring as fake
+    from tests import cublaslt_fake as fake
 
     used = [name for name in vars(fake.FakeCublasLt) if not name.startswith("_")]
     assert len(used) > 15

@@ -20,7 +20,7 @@ import pytest
 from rooflab.records import DiskFull
 from rooflab.store import ingest, query, rebuild
 from tests.conftest import run_rooflab
-from tests.test_store import T0, gemm_run, two_machines
+from tests.store_runs import T0, gemm_run, two_machines
 
 FILLER = "filler"
 

@@ -9,29 +9,37 @@ DOM.
 
 from __future__ import annotations
 
-import copy
-import functools
 import hashlib
 import json
 import re
 import shutil
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from rooflab.cli import main
 from rooflab.experiments.ceiling_plan import QUICK
-from rooflab.records import new_run_id, read_run, write_run
+from rooflab.records import read_run, write_run
 from rooflab.report import build_report
 from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import ingest, query
 from rooflab.units import format_quantity
-from tests.conftest import clean_round, run_rooflab, used_windows
-
-CHROMIUM = shutil.which("chromium") or (
-    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+from tests.conftest import clean_round, used_windows
+from tests.report_pages import (
+    CHROMIUM,
+    NO_CHROMIUM,
+    NODE_B,
+    axis_labels,
+    chart_svg,
+    copy_run,
+    datasheet_of,
+    label_crossings,
+    label_overlaps,
+    layers_of,
+    render_in_browser,
+    rooflab_ok,
+    svg_texts,
 )
 
 TINY_CONFIG = """\
@@ -53,11 +61,6 @@ sweeps:
 """
 
 
-def _rooflab(*args: str, cwd: Path) -> None:
-    result = run_rooflab(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, quick_ceilings_run) -> Path:
     root = tmp_path_factory.mktemp("report_store")
@@ -65,7 +68,7 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
     results = root / "results"
     _, ceilings_run = quick_ceilings_run
     shutil.copytree(ceilings_run, results / "ceilings" / "runs" / ceilings_run.name)
-    _rooflab(
+    rooflab_ok(
         "measure",
         "gemm",
         "--config",
@@ -77,7 +80,7 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
         cwd=root,
     )
     (timing_run,) = sorted((results / "sweeps" / "tiny" / "runs").iterdir())
-    _rooflab(
+    rooflab_ok(
         "measure",
         "counters",
         "--config",
@@ -119,101 +122,9 @@ def built(store, tmp_path_factory):
     return build_report(store, tmp_path_factory.mktemp("report") / "report")
 
 
-def _layers(spec: dict) -> list[dict]:
-    """Every unit spec (with a mark) inside layers and facets."""
-    if "mark" in spec:
-        return [spec]
-    out = []
-    for key in ("layer", "spec", "hconcat", "vconcat", "concat"):
-        child = spec.get(key)
-        for item in child if isinstance(child, list) else [child] if child else []:
-            out += _layers(item)
-    return out
-
-
 def _channel(spec: dict, name: str) -> list[dict]:
-    return [layer["encoding"][name] for layer in _layers(spec) if name in layer.get("encoding", {})]
-
-
-def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
-    """Each roof label of a Roofline spec: (text, `inside((px, py))`, the chart's pixel mapping,
-    points inside its box) for its text box on the chart's pixels: `char_px` per character, 11 px
-    high, placed by its text mark's align, dx, dy and angle (Vega turns the text about its
-    anchor, then offsets it by dx and dy)."""
-    import math
-
-    layers = _layers(spec)
-    (x0, x1), (y0, y1) = (
-        next(la["encoding"][c]["scale"]["domain"] for la in layers if "scale" in la["encoding"][c])
-        for c in ("x", "y")
-    )
-    width, height = spec["width"], spec["height"]
-
-    def to_px(x, y):
-        return (
-            math.log(x / x0) / math.log(x1 / x0) * width,
-            math.log(y1 / y) / math.log(y1 / y0) * height,
-        )
-
-    boxes = []
-    for layer in layers:
-        mark = layer["mark"]
-        if mark["type"] != "text" or "stroke" in mark:  # the white halo repeats the text
-            continue
-        for row in spec["datasets"][layer["data"]["name"]]:
-            ax, ay = to_px(row["x"], row["y"])
-            theta = math.radians(mark.get("angle", 0))
-            length = len(row["ceiling"]) * char_px
-            dx, dy = mark.get("dx", 0), mark.get("dy", 0)
-            u_lo, u_hi = (dx, dx + length) if mark.get("align") == "left" else (dx - length, dx)
-
-            def inside(p, ax=ax, ay=ay, theta=theta, u=(u_lo, u_hi), dy=dy):
-                px, py = p[0] - ax, p[1] - ay
-                along = px * math.cos(theta) + py * math.sin(theta)
-                across = -px * math.sin(theta) + py * math.cos(theta)
-                return u[0] <= along <= u[1] and dy - 5.5 <= across <= dy + 5.5
-
-            samples = [
-                (
-                    ax + u * math.cos(theta) - v * math.sin(theta),
-                    ay + u * math.sin(theta) + v * math.cos(theta),
-                )
-                for u in range(int(u_lo), int(u_hi) + 1, 2)
-                for v in range(int(dy - 5), int(dy + 6), 2)
-            ]
-            boxes.append((row["ceiling"], inside, to_px, samples))
-    return boxes
-
-
-def _label_crossings(spec: dict) -> list[tuple[str, str]]:
-    """(label, roof) for every roof line, measured or datasheet, that runs through a roof
-    label's text: each roof's segment sampled every fraction of a pixel."""
-    roofs: dict[str, list] = {}
-    for rows in spec["datasets"].values():
-        for row in rows:
-            if "kind" in row and "ceiling" in row:
-                roofs.setdefault(row["ceiling"], []).append((row["x"], row["y"]))
-    crossings = []
-    for label, inside, to_px, _ in _label_boxes(spec):
-        for roof, ends in roofs.items():
-            (ax, ay), (bx, by) = (to_px(*end) for end in ends)
-            steps = 4 * int(abs(bx - ax) + abs(by - ay)) + 2
-            samples = (
-                (ax + (bx - ax) * i / steps, ay + (by - ay) * i / steps) for i in range(steps + 1)
-            )
-            if any(inside(p) for p in samples):
-                crossings.append((label, roof))
-    return crossings
-
-
-def _label_overlaps(spec: dict) -> list[tuple[str, str]]:
-    """Pairs of roof labels whose text boxes overprint: a point of one box inside the other."""
-    boxes = _label_boxes(spec)
     return [
-        (a, b)
-        for i, (a, _, _, samples) in enumerate(boxes)
-        for b, inside, _, _ in boxes[i + 1 :]
-        if any(inside(p) for p in samples)
+        layer["encoding"][name] for layer in layers_of(spec) if name in layer.get("encoding", {})
     ]
 
 
@@ -239,7 +150,7 @@ def test_every_chart_is_built_with_png_and_svg(built):
 
 def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
     spec = built.specs["roofline"]
-    layers = _layers(spec)
+    layers = layers_of(spec)
     marks = [layer["mark"]["type"] for layer in layers]
     assert marks[0] == "line" and marks[-1] == "point" and "text" in marks
     for channel in ("x", "y"):
@@ -291,7 +202,7 @@ def test_the_roofline_of_a_store_names_its_machine_and_no_roof_runs_through_a_la
     assert spec["title"]["subtitle"][0].startswith(f"ceilings: run {run['run_id']} (")
     (gemm,) = query(store, "SELECT run_id FROM runs WHERE kind = 'gemm'").to_pylist()
     assert f"newest {gemm['run_id']}, " in spec["title"]["subtitle"][1]
-    assert _label_crossings(spec) == []
+    assert label_crossings(spec) == []
     # each point in the colour of the roof it is judged against, as the view says
     rows = [r for rows in spec["datasets"].values() for r in rows if "achieved_flops_per_s" in r]
     for row in rows:
@@ -317,7 +228,7 @@ def test_every_quantitative_axis_title_has_a_unit_and_every_chart_has_tooltips(b
                     titled += 1
                     assert re.search(r"\(.+\)", enc["title"]), f"{name}: {enc['title']!r}"
         assert titled >= 1, name  # a nominal axis (configuration names) needs no unit
-        assert any("tooltip" in layer.get("encoding", {}) for layer in _layers(spec)), name
+        assert any("tooltip" in layer.get("encoding", {}) for layer in layers_of(spec)), name
 
 
 def test_time_axes_and_tooltips_carry_the_unit_with_its_prefix(built):
@@ -329,7 +240,9 @@ def test_time_axes_and_tooltips_carry_the_unit_with_its_prefix(built):
         assert ticks and all(re.fullmatch(r"[\d.]+[nµm]?s", t) for t in ticks), (name, ticks)
     shown = 0
     for name, spec in built.specs.items():
-        tips = [t for layer in _layers(spec) for t in layer.get("encoding", {}).get("tooltip", [])]
+        tips = [
+            t for layer in layers_of(spec) for t in layer.get("encoding", {}).get("tooltip", [])
+        ]
         fields = {t["field"] for t in tips}
         times = {f for f in fields if f == "seconds" or re.search(r"(?<!per)_s$", f)}
         assert not times, (name, times)
@@ -344,11 +257,11 @@ def test_time_axes_and_tooltips_carry_the_unit_with_its_prefix(built):
 def test_sweep_weight_reuse_and_distribution_encodings(built):
     sweep = built.specs["ceiling_sweep"]
     assert {e["scale"]["type"] for e in _channel(sweep, "x") if "scale" in e} == {"log"}
-    assert "rect" in [layer["mark"]["type"] for layer in _layers(sweep)]  # plateaus shaded
-    assert "rule" in [layer["mark"]["type"] for layer in _layers(sweep)]  # cache capacities
+    assert "rect" in [layer["mark"]["type"] for layer in layers_of(sweep)]  # plateaus shaded
+    assert "rule" in [layer["mark"]["type"] for layer in layers_of(sweep)]  # cache capacities
     reuse = built.specs["reuse_time_tiny"]
     assert reuse["facet"]["row"]["field"] == "quantity"
-    line, points = _layers(reuse)
+    line, points = layers_of(reuse)
     assert line["mark"]["type"] == "line" and points["mark"]["type"] == "point"
     assert line["encoding"]["y"]["scale"]["type"] == "log"
     assert line["encoding"]["strokeDash"]["field"] == "source"
@@ -368,7 +281,7 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
         assert r["seconds"] == pytest.approx(whole[key] / r["m"])
     dist = built.specs["distributions"]
     fields = {enc["field"] for enc in _channel(dist, "x")} | {
-        layer["encoding"]["x2"]["field"] for layer in _layers(dist) if "x2" in layer["encoding"]
+        layer["encoding"]["x2"]["field"] for layer in layers_of(dist) if "x2" in layer["encoding"]
     }
     assert fields == {"min_s", "max_s", "p25_s", "p75_s", "median_s"}
     # quantiles, not samples: one row per configuration and cache state
@@ -576,75 +489,10 @@ def test_cli_report_and_a_missing_store(store, tmp_path, capsys):
     assert err.count("\n") == 1 and "no store at" in err
 
 
-def _render_in_browser(report, tmp_path) -> str:
-    """Load the page in headless chromium (no network); every chart must render, no errors.
-    Returns the rendered DOM."""
-    flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--no-first-run", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-        "--virtual-time-budget=20000", "--window-size=1200,6000",
-    ]  # fmt: skip
-    url = report.index.resolve().as_uri()
-    dom = subprocess.run(
-        [CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    html = dom.stdout
-    console_errors = [
-        line for line in dom.stderr.splitlines()
-        if "CONSOLE" in line and re.search(r"error|uncaught", line, re.I)
-    ]  # fmt: skip
-    assert console_errors == []
-    assert 'data-rendered="true"' in html, "vegaEmbed did not finish"
-    assert re.search(r'<pre id="report-errors">\s*</pre>', html), "the page recorded errors"
-    for name in report.charts:
-        match = re.search(
-            rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"(.*?)</div>", html, re.S
-        )
-        assert match, name
-        inner = html[match.start() :]
-        svg = re.search(r"<svg.*?</svg>", inner, re.S)
-        assert svg and svg.group(0).count("<path") + svg.group(0).count("<text") > 10, name
-    shot = report.out_dir / "screenshot.png"
-    subprocess.run(
-        [CHROMIUM, *flags, f"--screenshot={shot}", url], capture_output=True, timeout=120,
-        check=True,
-    )  # fmt: skip
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    return html
-
-
-def _chart_svg(dom: str, name: str) -> str:
-    """The SVG vega-embed drew for chart `name` in the rendered page."""
-    start = re.search(rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"", dom).start()
-    return re.search(r"<svg.*?</svg>", dom[start:], re.S).group(0)
-
-
-def _svg_texts(svg: str) -> list[str]:
-    """Every text drawn, each line of a text of several lines (tspans) on its own."""
-    import html
-
-    texts = []
-    for text in re.findall(r"<text[^>]*>(.*?)</text>", svg, re.S):
-        lines = re.findall(r"<tspan[^>]*>([^<]*)</tspan>", text) or [text]
-        texts += [html.unescape(line) for line in lines]
-    return texts
-
-
-def _axis_labels(svg: str, axis: str) -> list[str]:
-    """The tick labels of the axis whose aria-label starts with `axis` ("X-axis titled 'Time")."""
-    group = svg[svg.index(f'aria-label="{axis}') :]
-    return _svg_texts(re.search(r'role-axis-label"[^>]*>(.*?)</g>', group, re.S).group(1))
-
-
-NO_CHROMIUM = "chromium is not installed (apt-get install chromium)"
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
-    _render_in_browser(built, tmp_path)
+    render_in_browser(built, tmp_path)
 
 
 @pytest.mark.slow
@@ -653,23 +501,23 @@ def test_the_charts_read_at_a_glance_in_a_real_browser(built, store, tmp_path):
     """Issue 27, as drawn: the Roofline names its machine and runs and legends its roofs; the
     ceiling sweep's sizes are binary; the clock axis starts at zero; each sweep's charts are
     headed by its name; the stage bounds say whether their dashed lines are two."""
-    dom = _render_in_browser(built, tmp_path)
+    dom = render_in_browser(built, tmp_path)
     (run,) = query(store, "SELECT host, device_name FROM runs WHERE kind = 'ceilings'").to_pylist()
-    roofline = _svg_texts(_chart_svg(dom, "roofline"))
+    roofline = svg_texts(chart_svg(dom, "roofline"))
     assert f"Roofline: {run['host']} · {run['device_name']} (cpu)" in roofline
     ceilings_run = next(t for t in roofline if t.startswith("ceilings: run "))
     assert re.fullmatch(r"ceilings: run \S+ \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", ceilings_run)
     assert "roof (a point's colour: the roof it is judged against)" in roofline
     roofs = [t for t in roofline if re.match(r"(L\d|DRAM) [\d.]+ [GT]B/s \(", t)]
     assert {t.split()[0] for t in roofs} >= {"L1", "L2", "DRAM"}  # on the chart and the legend
-    sizes = _axis_labels(_chart_svg(dom, "ceiling_sweep"), "X-axis titled 'Working set")
+    sizes = axis_labels(chart_svg(dom, "ceiling_sweep"), "X-axis titled 'Working set")
     assert sizes and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB)", s) for s in sizes), sizes
-    clock = _axis_labels(_chart_svg(dom, "conditions"), "Y-axis titled 'Clock (GHz)")
+    clock = axis_labels(chart_svg(dom, "conditions"), "Y-axis titled 'Clock (GHz)")
     assert clock[0] in ("0", "0.0")
     headings = re.findall(r"<h2>(.*?)</h2>", dom)
     assert "Sweep tiny: time vs M" in headings and "Sweep tiny: efficiency vs M" in headings
     assert not [h for h in headings if h.startswith("Weight reuse")]
-    stages = " ".join(_svg_texts(_chart_svg(dom, "stages_two")))
+    stages = " ".join(svg_texts(chart_svg(dom, "stages_two")))
     assert ("(dashed lines)" in stages) != ("coincide" in stages)
 
 
@@ -678,7 +526,7 @@ def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
     from rooflab.store import query
 
     spec = built.specs["stages_two"]
-    (bars,) = [layer for layer in _layers(spec) if "x2" in layer["encoding"]]
+    (bars,) = [layer for layer in layers_of(spec) if "x2" in layer["encoding"]]
     assert bars["encoding"]["x"]["title"] == "Time (μs)"
     rows = query(
         store,
@@ -770,17 +618,6 @@ def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():
     assert x_domain == [pytest.approx(90e9 / 300e9 / 4), pytest.approx(60.0 * 4)]
 
 
-def _datasheet(device_name: str):
-    """The rows latest_datasheet_roofs gives a machine whose device is `device_name`."""
-    import pandas as pd
-
-    from rooflab.devices import matching_preset
-    from rooflab.roofline.analysis import datasheet_rows
-
-    run = {"run_id": "r", "machine_id": "m"}
-    return pd.DataFrame(datasheet_rows(run, matching_preset(device_name)))
-
-
 def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     import pandas as pd
 
@@ -788,7 +625,7 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
     from rooflab.report.roofline_chart import roofline_chart
 
     assert matching_preset("AMD EPYC") is None
-    preset = _datasheet("NVIDIA H200")
+    preset = datasheet_of("NVIDIA H200")
     assert set(preset.preset) == {"h200-sxm"}
     ceilings = pd.DataFrame(
         [
@@ -844,7 +681,7 @@ def test_close_roofs_get_their_labels_apart_and_equal_datasheet_roofs_share_one(
     points = pd.DataFrame(
         [{"dtype": d, "intensity": 100.0, "achieved_flops_per_s": 300e12} for d in ("bf16", "fp16")]
     )
-    spec = roofline_chart(ceilings, points, _datasheet("NVIDIA H200")).to_dict()
+    spec = roofline_chart(ceilings, points, datasheet_of("NVIDIA H200")).to_dict()
     labels = {
         row["ceiling"]: row["dy"]
         for rows in spec["datasets"].values()
@@ -853,8 +690,8 @@ def test_close_roofs_get_their_labels_apart_and_equal_datasheet_roofs_share_one(
     }
     # 2 px apart, and a slanted roof through the space by each one's start: no roof runs
     # through a label, and no label covers another
-    assert _label_crossings(spec) == []
-    assert _label_overlaps(spec) == []
+    assert label_crossings(spec) == []
+    assert label_overlaps(spec) == []
     assert {
         "bf16_tensor 723 TFLOP/s (library)",
         "fp16_tensor 677 TFLOP/s (library)",
@@ -916,30 +753,6 @@ def test_a_given_axis_keeps_every_roof_on_it():
 # machine id with its ceilings lowered 10,000x, so any mixing of the two machines shows.
 
 HISTORY_RUNS = 200
-NODE_B = {"host": "node-b", "machine_id": "b" * 16}
-
-
-@functools.cache
-def _rows(run_dir: Path) -> dict[str, list[dict]]:
-    """A run's tables as rows, read once (the history copies one run hundreds of times)."""
-    return {name: table.to_pylist() for name, table in read_run(run_dir).items()}
-
-
-def _copy_run(run_dir: Path, out_dir: Path, started_at, *, runs=None, edit=None) -> str:
-    tables = copy.deepcopy(_rows(run_dir))
-    run_id = new_run_id(started_at)
-    for rows in tables.values():
-        for row in rows:
-            row["run_id"] = run_id
-    (run,) = tables["runs"]
-    shift = started_at - run["started_at"]
-    for row in tables.get("conditions", []):
-        row["t"] += shift
-    run.update(started_at=started_at, ended_at=run["ended_at"] + shift, **(runs or {}))
-    if edit:
-        edit(tables)
-    write_run(out_dir, run_id, tables)
-    return run_id
 
 
 def _scale_config(tables, config_id: str, factor: float) -> None:
@@ -961,7 +774,7 @@ def history(store, tmp_path_factory):
     slower, faster, failing = configs[0], configs[-1], configs[len(configs) // 2]
     results = tmp_path_factory.mktemp("history") / "results"
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    _copy_run(ceilings_run, results / "ceilings" / "runs", start)
+    copy_run(ceilings_run, results / "ceilings" / "runs", start)
     for i in range(HISTORY_RUNS):
         edit = None
         if i == HISTORY_RUNS - 1:
@@ -973,7 +786,7 @@ def history(store, tmp_path_factory):
                     if row["config_id"] == failing:
                         row["passed"] = False
 
-        _copy_run(
+        copy_run(
             gemm_run,
             results / "sweeps" / "tiny" / "runs",
             start + dt.timedelta(hours=i + 1),
@@ -985,8 +798,8 @@ def history(store, tmp_path_factory):
             row["value"] /= 10_000
 
     node_b = start + dt.timedelta(days=30)
-    _copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=lower_ceilings)
-    _copy_run(gemm_run, results / "sweeps" / "tiny" / "runs", node_b, runs=NODE_B)
+    copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=lower_ceilings)
+    copy_run(gemm_run, results / "sweeps" / "tiny" / "runs", node_b, runs=NODE_B)
 
     analysis = build_analysis(
         sorted((results / "ceilings" / "runs").iterdir()),
@@ -1097,10 +910,10 @@ def test_failed_configuration_is_listed_under_the_roofline_and_not_drawn(history
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(history, tmp_path):
     assert history["report"].index.stat().st_size < 10_000_000
-    dom = _render_in_browser(history["report"], tmp_path)
+    dom = render_in_browser(history["report"], tmp_path)
     # the change since the previous run on its log-ratio axis, 2x slower and faster at its edges
     (name,) = [n for n in history["report"].charts if n.endswith("__change")]
-    ticks = _axis_labels(_chart_svg(dom, name), "X-axis titled 'Latest / previous median")
+    ticks = axis_labels(chart_svg(dom, name), "X-axis titled 'Latest / previous median")
     assert ticks == ["0.5×", "0.8×", "1×", "1.25×", "2×"]
 
 
@@ -1156,7 +969,7 @@ def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(co
     # every level's point is bounded by its own roof, L1 (the CUDA backend's l1_read) included
     for point in constructed_report["points"]:
         assert point["bandwidth_b_per_s"] == constructed.CEILINGS[point["level"]]
-    point_layer = _layers(spec)[-1]
+    point_layer = layers_of(spec)[-1]
     assert point_layer["encoding"]["color"]["field"] == "level"
     assert {t["field"] for t in point_layer["encoding"]["tooltip"]} >= {"pairing", "q_source"}
     page = report.index.read_text()
@@ -1172,7 +985,7 @@ def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(co
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_constructed_counters_report_renders_in_a_real_browser(constructed_report, tmp_path):
-    _render_in_browser(constructed_report["report"], tmp_path)
+    render_in_browser(constructed_report["report"], tmp_path)
 
 
 # -- disturbance (issue 24) from CONSTRUCTED records ---------------------------------------------
@@ -1261,7 +1074,7 @@ def test_roofline_rings_the_disturbed_point_and_its_tooltip_says_why(disturbed_r
     assert flagged == [(constructed.config_id(64), "cold")]
     why = {(r["config_id"], r["cache_state"]): r["disturbance"] for r in rows}
     assert why.pop(flagged[0]) == DISTURBED_REASON and set(why.values()) == {"no"}
-    layers = _layers(spec)
+    layers = layers_of(spec)
     assert "disturbance" in {t["field"] for t in layers[-1]["encoding"]["tooltip"]}
     (ring,) = [layer for layer in layers if "stroke" in layer.get("encoding", {})]
     assert ring["mark"]["filled"] is False and {"filter": "datum.disturbed"} in ring["transform"]
@@ -1311,7 +1124,7 @@ def test_a_store_of_runs_before_disturbance_counts_none_and_says_not_judged(cons
     assert rows and not any(r["disturbed"] for r in rows)
     assert {r["disturbance"] for r in rows} == {NOT_JUDGED}
     assert not [
-        layer for layer in _layers(report.specs["roofline"]) if "stroke" in layer["encoding"]
+        layer for layer in layers_of(report.specs["roofline"]) if "stroke" in layer["encoding"]
     ]
     page = report.index.read_text()
     assert "<b>0</b> disturbed (4 not judged: runs of an older rooflab); " in page

@@ -29,14 +29,18 @@ from rooflab.report.sweep_charts import (
     sweep_chart,
 )
 from rooflab.store import ingest, query
-from tests.test_report import (
-    _axis_labels,
-    _datasheet,
-    _label_crossings,
-    _label_overlaps,
-    _layers,
+from tests.report_pages import (
+    CPU_ROOFS,
+    axis_labels,
+    cpu_ceilings,
+    cpu_points,
+    datasheet_of,
+    insert_rows,
+    label_crossings,
+    label_overlaps,
+    layers_of,
+    svg_texts,
 )
-from tests.test_report import _svg_texts as _texts
 
 # -- what one sees: the SVG vl-convert draws -----------------------------------------------------
 
@@ -49,75 +53,14 @@ def _svg(chart) -> str:
 
 # -- the Roofline: a CPU whose L2 and L3 roofs are 17 % apart (the user's machine) ----------------
 
-CPU_ROOFS = {
-    ("bandwidth", "L1", "read"): 620e9,
-    ("bandwidth", "L2", "read"): 228e9,
-    ("bandwidth", "L3", "triad"): 195e9,
-    ("bandwidth", "DRAM", "triad"): 40.9e9,
-    ("compute", "fp64_fma", "fma_chains"): 105e9,
-    ("compute", "fp32_fma", "fma_chains"): 210e9,
-    ("compute", "fp64_blas", "matmul"): 88e9,
-    ("compute", "fp32_blas", "matmul"): 170e9,
-}
-
-
-def _cpu_ceilings() -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {"kind": kind, "name": name, "kernel": kernel, "value": value}
-            for (kind, name, kernel), value in CPU_ROOFS.items()
-        ]
-    )
-
-
-def _cpu_points(above: bool = True) -> pd.DataFrame:
-    """Points as latest_model_points gives them: two sweeps, warm ones against L2, cold ones
-    against DRAM, compute-bound ones against their BLAS path; with `above`, the cold M = 1 points
-    beat their roof by 20 %."""
-    peaks = {"fp32": CPU_ROOFS[("compute", "fp32_blas", "matmul")]}
-    peaks["fp64"] = CPU_ROOFS[("compute", "fp64_blas", "matmul")]
-    rows = []
-    for sweep, ms in (("weight_reuse", (1, 16, 256)), ("tails", (3, 100))):
-        for dtype, size in (("fp32", 4), ("fp64", 8)):
-            for cache_state, level in (("warm", "L2"), ("cold", "DRAM")):
-                for m in ms:
-                    intensity = 2 * m * 1024 / (size * (1024 + 2 * m))
-                    bandwidth = next(v for (_, n, _), v in CPU_ROOFS.items() if n == level)
-                    attainable = min(peaks[dtype], bandwidth * intensity)
-                    factor = 1.2 if above and m == 1 and cache_state == "cold" else 0.6
-                    rows.append(
-                        {
-                            "config_id": f"{sweep}/{dtype}/m{m}",
-                            "sweep": sweep,
-                            "dtype": dtype,
-                            "cache_state": cache_state,
-                            "m": m,
-                            "n": 1024,
-                            "k": 1024,
-                            "intensity": intensity,
-                            "achieved_flops_per_s": attainable * factor,
-                            "attainable_flops_per_s": attainable,
-                            "efficiency": factor,
-                            "limiter": "memory"
-                            if bandwidth * intensity < peaks[dtype]
-                            else "compute",
-                            "level": level,
-                            "compute_path": f"{dtype}_blas",
-                            "above_roof": factor > 1,
-                            "disturbed": False,
-                            "run_id": "20260101T000000Z-00000000",
-                        }
-                    )
-    return pd.DataFrame(rows)
-
 
 def _point_layer(spec: dict) -> dict:
-    return [layer for layer in _layers(spec) if layer["mark"]["type"] == "point"][-1]
+    return [layer for layer in layers_of(spec) if layer["mark"]["type"] == "point"][-1]
 
 
 def test_each_roof_has_its_own_legended_colour_and_each_point_its_roofs_colour():
-    spec = roofline_chart(_cpu_ceilings(), _cpu_points()).to_dict()
-    lines = _layers(spec)[0]
+    spec = roofline_chart(cpu_ceilings(), cpu_points()).to_dict()
+    lines = layers_of(spec)[0]
     colour = lines["encoding"]["color"]
     assert colour["field"] == "ceiling" and colour["legend"]["symbolType"] == "stroke"
     domain, colours = colour["scale"]["domain"], colour["scale"]["range"]
@@ -135,47 +78,47 @@ def test_each_roof_has_its_own_legended_colour_and_each_point_its_roofs_colour()
         judged = row["level"] if row["limiter"] == "memory" else row["compute_path"]
         assert row["roof"].startswith(judged + " ") and row["roof"] in domain
     assert {row["roof"].split()[0] for row in rows} >= {"L2", "DRAM", "fp32_blas"}
-    (guide,) = [layer for layer in _layers(spec) if layer["mark"]["type"] == "rule"]
+    (guide,) = [layer for layer in layers_of(spec) if layer["mark"]["type"] == "rule"]
     assert guide["encoding"]["y2"]["field"] == "attainable_flops_per_s"
     assert guide["encoding"]["color"]["field"] == "roof"
     # every roof in the legend, as drawn
-    texts = _texts(_svg(spec))
+    texts = svg_texts(_svg(spec))
     assert set(domain) <= set(texts)
 
 
 def test_points_show_their_sweep_their_m_and_their_cache_state():
-    spec = roofline_chart(_cpu_ceilings(), _cpu_points()).to_dict()
+    spec = roofline_chart(cpu_ceilings(), cpu_points()).to_dict()
     encoding = _point_layer(spec)["encoding"]
     assert encoding["shape"]["field"] == "sweep"
     assert encoding["size"]["field"] == "m" and encoding["size"]["scale"]["type"] == "log"
     assert encoding["fillOpacity"]["field"] == "cache_state"
     assert encoding["fillOpacity"]["scale"]["domain"] == ["warm", "cold"]  # filled, hollow
-    texts = _texts(_svg(spec))
+    texts = svg_texts(_svg(spec))
     key = "sweep (filled: warm cache, hollow: cold)"  # no legend for fill opacity: the key
     assert {key, "weight_reuse", "tails", "M (rows of X)"} <= set(texts)
 
 
 def test_points_above_their_roof_are_marked_and_legended():
-    spec = roofline_chart(_cpu_ceilings(), _cpu_points(above=True)).to_dict()
+    spec = roofline_chart(cpu_ceilings(), cpu_points(above=True)).to_dict()
     (marks,) = [
-        la for la in _layers(spec) if {"filter": "datum.above_roof"} in la.get("transform", [])
+        la for la in layers_of(spec) if {"filter": "datum.above_roof"} in la.get("transform", [])
     ]
     assert marks["mark"]["shape"] == "triangle-up" and marks["mark"]["filled"] is False
     assert ABOVE_LABEL in marks["encoding"]["stroke"]["scale"]["domain"]
-    assert ABOVE_LABEL in _texts(_svg(spec))
+    assert ABOVE_LABEL in svg_texts(_svg(spec))
     # none above: no mark and no legend entry
-    calm = roofline_chart(_cpu_ceilings(), _cpu_points(above=False)).to_dict()
+    calm = roofline_chart(cpu_ceilings(), cpu_points(above=False)).to_dict()
     assert not [
-        la for la in _layers(calm) if {"filter": "datum.above_roof"} in la.get("transform", [])
+        la for la in layers_of(calm) if {"filter": "datum.above_roof"} in la.get("transform", [])
     ]
-    assert ABOVE_LABEL not in _texts(_svg(calm))
+    assert ABOVE_LABEL not in svg_texts(_svg(calm))
 
 
 def test_no_roof_line_runs_through_a_label_and_no_label_covers_another():
     """The user's CPU (L2 and L3 5 px apart, slanted roofs crossing the library roofs' starts)
     and an H200 with its datasheet roofs (bf16 and fp16 2 px apart, a datasheet roof 7 % above
     the measured HBM one)."""
-    cpu = roofline_chart(_cpu_ceilings(), _cpu_points()).to_dict()
+    cpu = roofline_chart(cpu_ceilings(), cpu_points()).to_dict()
     gpu_roofs = [
         ("compute", "bf16_tensor", "matmul", 723e12),
         ("compute", "fp16_tensor", "matmul", 677e12),
@@ -195,13 +138,13 @@ def test_no_roof_line_runs_through_a_label_and_no_label_covers_another():
             for i in (0.5, 8.0, 128.0, 2048.0)
         ]
     )
-    gpu = roofline_chart(ceilings, points, _datasheet("NVIDIA H200")).to_dict()
+    gpu = roofline_chart(ceilings, points, datasheet_of("NVIDIA H200")).to_dict()
     for spec in (cpu, gpu):
         labels = {r["ceiling"] for rows in spec["datasets"].values() for r in rows if "dy" in r}
         roofs = {r["ceiling"] for rows in spec["datasets"].values() for r in rows if "kind" in r}
         assert labels == roofs  # every roof labelled
-        assert _label_crossings(spec) == []
-        assert _label_overlaps(spec) == []
+        assert label_crossings(spec) == []
+        assert label_overlaps(spec) == []
     # the slanted roofs' labels run along their lines
     angles = {
         r["ceiling"].split()[0]: r["angle"]
@@ -220,7 +163,7 @@ def test_the_roofline_names_its_machine_date_and_runs():
         "ceilings_run_id": "20261130T101500Z-abcdef01",
         "last_ceilings": pd.Timestamp("2026-11-30 10:15:00", tz="UTC"),
     }
-    points = _cpu_points().assign(
+    points = cpu_points().assign(
         run_id=lambda f: ["20261130T120000Z-11111111", "20261201T080000Z-22222222"] * (len(f) // 2),
         started_at=lambda f: (
             [
@@ -235,9 +178,9 @@ def test_the_roofline_names_its_machine_date_and_runs():
     subtitle = "\n".join(title["subtitle"])
     assert "ceilings: run 20261130T101500Z-abcdef01 (2026-11-30 10:15 UTC)" in subtitle
     assert "2 runs; newest 20261201T080000Z-22222222, 2026-12-01 08:00 UTC" in subtitle
-    spec = roofline_chart(_cpu_ceilings(), points, None, title).to_dict()
+    spec = roofline_chart(cpu_ceilings(), points, None, title).to_dict()
     assert spec["title"]["text"] == title["text"]
-    texts = _texts(_svg(spec))
+    texts = svg_texts(_svg(spec))
     assert title["text"] in texts and title["subtitle"][0] in texts
 
 
@@ -267,13 +210,13 @@ def test_ceiling_sweep_ticks_read_in_binary_units_like_its_cache_labels():
     chart = sweep_chart(sweep, plateaus, caches)
     axis = next(e for e in _channel_x(chart.to_dict()) if "axis" in e)["axis"]
     assert all(v & (v - 1) == 0 for v in axis["values"])
-    labels = _axis_labels(_svg(chart), "X-axis titled 'Working set")
+    labels = axis_labels(_svg(chart), "X-axis titled 'Working set")
     assert labels and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB)", label) for label in labels)
     assert {"16 KiB", "1 MiB", "256 MiB"} <= set(labels)
 
 
 def _channel_x(spec: dict) -> list[dict]:
-    return [la["encoding"]["x"] for la in _layers(spec) if "x" in la.get("encoding", {})]
+    return [la["encoding"]["x"] for la in layers_of(spec) if "x" in la.get("encoding", {})]
 
 
 def test_best_kernel_note_says_where_read_is_below_another_kernel():
@@ -344,7 +287,7 @@ def _changes() -> pd.DataFrame:
 def test_change_is_a_log_ratio_from_half_to_twice_with_outliers_at_the_edge():
     chart = change_chart(_changes())
     spec = chart.to_dict()
-    layers = _layers(spec)
+    layers = layers_of(spec)
     x = layers[0]["encoding"]["x"]
     assert x["scale"]["type"] == "log" and x["scale"]["domain"] == [0.5, 2.0]
     assert x["axis"]["values"] == [0.5, 0.8, 1.0, 1.25, 2.0]
@@ -357,14 +300,14 @@ def test_change_is_a_log_ratio_from_half_to_twice_with_outliers_at_the_edge():
     tooltip = {t["field"]: t for t in dots["encoding"]["tooltip"]}
     assert tooltip["ratio"]["format"] == ".3~g"  # the true ratio, 101 and 0.05
     svg = _svg(chart)
-    labels = _axis_labels(svg, "X-axis titled 'Latest / previous median")
+    labels = axis_labels(svg, "X-axis titled 'Latest / previous median")
     assert labels == ["0.5×", "0.8×", "1×", "1.25×", "2×"]
     # every dot inside the plot (440 px wide, 12 px of padding at each end), the outliers at
     # the edges as triangles pointing out
     marks = svg[svg.index("layer_2_marks") :].split("</g>")[0]
     xs = [float(x) for x in re.findall(r'transform="translate\(([-\d.]+),[-\d.]+\)"', marks)]
     assert len(xs) == len(_changes()) and all(0 <= x <= 440 for x in xs)
-    assert {"over 2× (drawn at the edge)", "under 0.5× (drawn at the edge)"} <= set(_texts(svg))
+    assert {"over 2× (drawn at the edge)", "under 0.5× (drawn at the edge)"} <= set(svg_texts(svg))
 
 
 # -- the stage bounds ------------------------------------------------------------------------------
@@ -392,20 +335,20 @@ def test_stage_bounds_that_coincide_are_one_line_said_so():
     spec = stage_bounds_chart(_stages(0.0577662, 0.0577662), "one").to_dict()
     subtitle = spec["title"]["subtitle"]
     assert "coincide at 57,766.2 μs" in subtitle and "lines" not in subtitle
-    (rules,) = [la for la in _layers(spec) if la["mark"]["type"] == "rule"]
+    (rules,) = [la for la in layers_of(spec) if la["mark"]["type"] == "rule"]
     assert len(spec["datasets"][rules["data"]["name"]]) == 1
     apart = stage_bounds_chart(_stages(0.0577662, 0.0565943), "two").to_dict()
     assert "(dashed lines)" in apart["title"]["subtitle"]
-    (rules,) = [la for la in _layers(apart) if la["mark"]["type"] == "rule"]
+    (rules,) = [la for la in layers_of(apart) if la["mark"]["type"] == "rule"]
     assert len(apart["datasets"][rules["data"]["name"]]) == 2
 
 
 def test_stage_time_ticks_are_few_and_do_not_collide():
     chart = stage_bounds_chart(_stages(0.0577662, 0.0565943), "two")
-    (bars,) = [la for la in _layers(chart.to_dict()) if "x2" in la["encoding"]]
+    (bars,) = [la for la in layers_of(chart.to_dict()) if "x2" in la["encoding"]]
     assert bars["encoding"]["x"]["axis"]["tickCount"] <= 6
     svg = _svg(chart)
-    labels = _axis_labels(svg, "X-axis titled 'Time")
+    labels = axis_labels(svg, "X-axis titled 'Time")
     assert 3 <= len(labels) <= 8 and all(re.fullmatch(r"[\d,]+", label) for label in labels)
     group = svg[svg.index("X-axis titled 'Time") :]
     group = re.search(r'role-axis-label"[^>]*>(.*?)</g>', group, re.S).group(1)
@@ -451,7 +394,7 @@ def test_clock_axis_starts_at_zero_and_a_rule_marks_the_nominal_clock():
     chart = conditions_chart(_readings(1.98))
     spec = chart.to_dict()
     clock, _power = spec["vconcat"]
-    clock_layers = _layers(clock)
+    clock_layers = layers_of(clock)
     assert clock_layers[0]["encoding"]["y"]["scale"]["zero"] is True
     (rule,) = [
         la for la in clock_layers if la["mark"]["type"] == "rule" and "y2" not in la["encoding"]
@@ -460,13 +403,13 @@ def test_clock_axis_starts_at_zero_and_a_rule_marks_the_nominal_clock():
     (row,) = spec["datasets"][rule["data"]["name"]]
     assert row["nominal"] == 1.98 and row["label"] == "GPU max SM clock (NVML): 1.98 GHz"
     svg = _svg(chart)
-    assert "0.0" in _axis_labels(svg, "Y-axis titled 'Clock (GHz)")  # the dip at its true size
+    assert "0.0" in axis_labels(svg, "Y-axis titled 'Clock (GHz)")  # the dip at its true size
     assert {"GPU max SM clock (NVML): 1.98 GHz", "GPU power limit (NVML): 700 W"} <= set(
-        _texts(svg)
+        svg_texts(svg)
     )
     # a machine that records no nominal clock: the axis still from zero, no rule
     unknown = conditions_chart(_readings(None)).to_dict()["vconcat"][0]
-    assert [la["mark"]["type"] for la in _layers(unknown)] == ["line", "rule"]
+    assert [la["mark"]["type"] for la in layers_of(unknown)] == ["line", "rule"]
 
 
 # -- a constructed store: the view columns behind the charts -------------------------------------
@@ -481,13 +424,6 @@ MACHINES = {  # machine_id: (host, backend, device, machine JSON), all construct
 }  # fmt: skip
 
 
-def _insert(connection, table: str, rows: list[dict]) -> None:
-    for row in rows:
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        connection.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", list(row.values()))
-
-
 @pytest.fixture(scope="module")
 def constructed_store(tmp_path_factory):
     import duckdb
@@ -500,14 +436,14 @@ def constructed_store(tmp_path_factory):
     try:
         for i, (machine_id, (host, backend, device, machine)) in enumerate(MACHINES.items()):
             run_id = f"20260601T00000{i}Z-constructed"
-            _insert(connection, "runs", [{
+            insert_rows(connection, "runs", [{
                 "run_id": run_id, "schema_version": 2, "kind": "ceilings",
                 "started_at": T0 + timedelta(minutes=i), "ended_at": T0 + timedelta(minutes=i + 1),
                 "host": host, "machine_id": machine_id, "backend": backend, "device_name": device,
                 "machine": json.dumps({"machine_id": machine_id, **machine}),
             }])  # fmt: skip
             gpu = backend == "cuda"
-            _insert(connection, "conditions", [
+            insert_rows(connection, "conditions", [
                 {"run_id": run_id, "t": T0 + timedelta(minutes=i, seconds=s), "phase": "during",
                  "cpu_ghz_measured": None if gpu else 2.3 - 0.1 * (s == 3),
                  "sm_clock_mhz": 1980.0 - 300 * (s == 3) if gpu else None,
@@ -516,14 +452,14 @@ def constructed_store(tmp_path_factory):
             ])  # fmt: skip
             values = {("DRAM", "read"): 32.6e9, ("DRAM", "triad"): 40.9e9}
             values |= {("L1", "read"): 600e9, ("L1", "triad"): 500e9}
-            _insert(connection, "ceilings", [
+            insert_rows(connection, "ceilings", [
                 {"run_id": run_id, "kind": "bandwidth", "name": level, "kernel": kernel,
                  "dtype": "fp64", "value": value, "unit": "B/s", "config_id": f"{kernel}/{level}"}
                 for (level, kernel), value in values.items()
             ] + [{"run_id": run_id, "kind": "compute", "name": "fp64_fma",
                   "kernel": "fma_chains", "dtype": "fp64", "value": 100e9, "unit": "FLOP/s",
                   "config_id": "fma/fp64"}])  # fmt: skip
-            _insert(connection, "ceiling_sweep", [
+            insert_rows(connection, "ceiling_sweep", [
                 {"run_id": run_id, "kernel": kernel, "working_set_bytes": 2**e,
                  "value": (600e9 if e < 16 else 40e9) * (1 if kernel == "triad" else 0.9),
                  "unit": "B/s", "config_id": f"{kernel}/ws{2**e}",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import ingest, query
 from rooflab.units import format_quantity
 from tests.conftest import run_rooflab
-from tests.test_report import NODE_B, _copy_run
+from tests.report_pages import NODE_B, copy_run, tables_of
 
 FAST_CONFIG = """\
 backend: cpu
@@ -107,7 +106,7 @@ def stores(tmp_path_factory, quick_ceilings_run):
     results = root / "results"
     _, ceilings_run = quick_ceilings_run
     started = _started(ceilings_run)
-    _copy_run(ceilings_run, results / "ceilings" / "runs", started, edit=_undisturbed)
+    copy_run(ceilings_run, results / "ceilings" / "runs", started, edit=_undisturbed)
     first = _measure_gemm(root)
 
     # one run per key, one machine: a store of its own
@@ -131,10 +130,10 @@ def stores(tmp_path_factory, quick_ceilings_run):
     later = _started(second) + dt.timedelta(hours=1)
     known = {"git_commit": KNOWN_COMMIT, "git_dirty": False}
     sweeps = results / "sweeps" / "fast" / "runs"
-    third = _copy_run(second, sweeps, later, runs=known, edit=changed)
+    third = copy_run(second, sweeps, later, runs=known, edit=changed)
     ceilings = read_run(ceilings_run)["ceilings"].to_pylist()
     (dram,) = [row["config_id"] for row in ceilings if row["name"] == "DRAM"]
-    _copy_run(
+    copy_run(
         ceilings_run,
         results / "ceilings" / "runs",
         later + dt.timedelta(hours=1),
@@ -143,14 +142,14 @@ def stores(tmp_path_factory, quick_ceilings_run):
     )
     # node b: one run each, its ceilings ten times lower
     node_b = later + dt.timedelta(days=1)
-    _copy_run(
+    copy_run(
         ceilings_run,
         results / "ceilings" / "runs",
         node_b,
         runs=NODE_B,
         edit=lambda tables: _scale(tables, {row["config_id"] for row in ceilings}, 10.0),
     )
-    _copy_run(first, sweeps, node_b, runs=NODE_B)
+    copy_run(first, sweeps, node_b, runs=NODE_B)
     db = _store(results)
     return {
         "db": db,
@@ -186,40 +185,6 @@ def _machine_a(db: Path) -> str:
         "machine_id"
     )
     return machine.as_py()
-
-
-class _Tables(HTMLParser):
-    """The page's tables of one class: [header, *rows] each, as cell texts."""
-
-    def __init__(self, css_class: str):
-        super().__init__()
-        self.css_class, self.tables, self.depth, self.cell = css_class, [], 0, None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table" and self.css_class in (dict(attrs).get("class") or "").split():
-            self.tables.append([])
-            self.depth = 1
-        elif self.depth and tag == "tr":
-            self.tables[-1].append([])
-        elif self.depth and tag in ("td", "th"):
-            self.cell = ""
-
-    def handle_endtag(self, tag):
-        if self.depth and tag in ("td", "th"):
-            self.tables[-1][-1].append(self.cell.strip())
-            self.cell = None
-        elif self.depth and tag == "table":
-            self.depth = 0
-
-    def handle_data(self, data):
-        if self.cell is not None:
-            self.cell += data
-
-
-def _tables(page: str, css_class: str) -> list[list[list[str]]]:
-    parser = _Tables(css_class)
-    parser.feed(page)
-    return parser.tables
 
 
 def _history_spec(report) -> tuple[str, dict]:
@@ -315,7 +280,7 @@ def test_the_keys_that_moved_are_listed_under_the_history(stores):
     name, _ = _history_spec(report)
     page = report.index.read_text()
     section = page.split(f"id='chart-{name}'", 1)[1].split("</section>", 1)[0]
-    (table,) = _tables(section, "comparisons")
+    (table,) = tables_of(section, "comparisons")
     header, *rows = table
     assert header[:3] == ["measurement", "of", "verdict"]
     listed = {row[0]: row[2] for row in rows}
@@ -408,7 +373,7 @@ def test_machines_side_by_side_share_their_axes_and_list_ceilings_by_machine(sto
     (a,) = set(dram) - {b}
     assert dram[b] != pytest.approx(dram[a])  # two machines, two roofs: not one drawn twice
 
-    (table,) = _tables(page, "machine-ceilings")
+    (table,) = tables_of(page, "machine-ceilings")
     header, *rows = table
     order = [s["machine_id"] for s in scopes]
     assert header == ["ceiling", *(titles[m] for m in order)]

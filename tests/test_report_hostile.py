@@ -34,13 +34,7 @@ from rooflab.report.names import (
 )
 from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import ingest
-from tests.test_report import (
-    CHROMIUM,
-    NO_CHROMIUM,
-    _copy_run,
-    _render_in_browser,
-    _rooflab,
-)
+from tests.report_pages import CHROMIUM, NO_CHROMIUM, copy_run, render_in_browser, rooflab_ok
 
 PWNED = "PWNED"
 ATTRIBUTE_XSS = "x'><img src=x onerror=\"document.title='PWNED'\"><i x='"
@@ -216,7 +210,7 @@ def _renamed(sweep: str, factor: float, fail: bool = False):
 def hostile(tmp_path_factory, quick_ceilings_run):
     root = tmp_path_factory.mktemp("hostile")
     (root / "tiny.yaml").write_text(TINY_CONFIG)
-    _rooflab(
+    rooflab_ok(
         "measure", "gemm", "--config", "tiny.yaml", "--sweep", "tiny", "--out", "measured",
         cwd=root,
     )  # fmt: skip
@@ -228,10 +222,10 @@ def hostile(tmp_path_factory, quick_ceilings_run):
     sweeps_dir = results / "sweeps" / "renamed" / "runs"
     for i, (sweep, factor) in enumerate(SWEEPS.items()):
         edit = _renamed(sweep, factor, fail=sweep == FAILED_SWEEP)
-        _copy_run(gemm_run, sweeps_dir, started + dt.timedelta(minutes=i), edit=edit)
+        copy_run(gemm_run, sweeps_dir, started + dt.timedelta(minutes=i), edit=edit)
     later = started + dt.timedelta(hours=1)
-    _copy_run(ceilings_run, results / "ceilings" / "runs", later, runs=SECOND_MACHINE)
-    _copy_run(gemm_run, sweeps_dir, later, runs=SECOND_MACHINE, edit=_renamed(SECOND_SWEEP, 1.0))
+    copy_run(ceilings_run, results / "ceilings" / "runs", later, runs=SECOND_MACHINE)
+    copy_run(gemm_run, sweeps_dir, later, runs=SECOND_MACHINE, edit=_renamed(SECOND_SWEEP, 1.0))
 
     analysis = build_analysis(
         sorted((results / "ceilings" / "runs").iterdir()),
@@ -373,7 +367,7 @@ def _dump_dom(report, tmp_path) -> str:
 def test_hostile_names_render_as_text_in_a_real_browser_and_run_no_script(hostile, tmp_path):
     report = hostile["report"]
     # every chart renders, no console error, no error recorded by the page
-    _render_in_browser(report, tmp_path)
+    render_in_browser(report, tmp_path)
     dom = _dump_dom(report, tmp_path)
     parsed = _Text()
     parsed.feed(dom)

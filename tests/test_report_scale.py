@@ -24,7 +24,7 @@ from rooflab.report import build_report
 from rooflab.report.run_charts import CHART_ROWS
 from rooflab.report.sweep_charts import SWEEPS_DRAWN
 from rooflab.store import connect_read_only, query
-from tests.test_report_history import _tables
+from tests.report_pages import tables_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from many_runs import (
@@ -87,7 +87,7 @@ def test_the_newest_sweeps_are_drawn_and_the_rest_listed_with_their_query(scale)
     drawn = {n.removeprefix("reuse_time_") for n in scale["report"].charts if "reuse_time_" in n}
     # runs go round the sweeps in turn: the newest runs are the last sweeps'
     assert drawn == {f"sweep{i:03d}" for i in range(SWEEPS - SWEEPS_DRAWN, SWEEPS)}
-    (table,) = _tables(scale["page"], "sweeps-left-out")
+    (table,) = tables_of(scale["page"], "sweeps-left-out")
     header, *rows = table
     assert header[:3] == ["sweep", "points", "newest run (UTC)"]
     assert {row[0] for row in rows} == {f"sweep{i:03d}" for i in range(SWEEPS - SWEEPS_DRAWN)}
@@ -108,7 +108,7 @@ def test_the_history_draws_the_sweeps_that_moved_then_the_newest(scale):
     }
     newest = {f"sweep{i:03d}" for i in range(SWEEPS - history_charts.HISTORY_PANELS + 1, SWEEPS)}
     assert panels == {SLOWER_SWEEP, *newest}  # one ceilings run: no ceiling has a history
-    (table,) = _tables(scale["page"], "history-left-out")
+    (table,) = tables_of(scale["page"], "history-left-out")
     header, *rows = table
     assert header[0] == "sweep or workload" and len(rows) == SWEEPS - len(newest) - 1
     assert SLOWER_SWEEP not in {row[0] for row in rows}

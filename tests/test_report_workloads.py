@@ -36,18 +36,21 @@ from rooflab.report.workload_charts import (
     params_text,
 )
 from rooflab.store import ingest, query
-from tests.test_report import (
+from tests.report_pages import (
     CHROMIUM,
+    CPU_ROOFS,
     NO_CHROMIUM,
-    _chart_svg,
-    _label_crossings,
-    _label_overlaps,
-    _layers,
-    _render_in_browser,
-    _rooflab,
-    _svg_texts,
+    chart_svg,
+    cpu_ceilings,
+    cpu_points,
+    insert_rows,
+    label_crossings,
+    label_overlaps,
+    layers_of,
+    render_in_browser,
+    rooflab_ok,
+    svg_texts,
 )
-from tests.test_report_glance import CPU_ROOFS, _cpu_ceilings, _cpu_points, _insert
 
 # -- pure: the chart functions on frames shaped like their views ---------------------------------
 
@@ -124,7 +127,7 @@ def test_comparison_chart_draws_both_times_per_case_and_what_the_pair_says():
     assert said == {"higher executed FLOP/s, 2.4x faster", "higher executed FLOP/s, 2x faster"}
     import vl_convert as vlc
 
-    drawn = _svg_texts(vlc.vegalite_to_svg(spec))
+    drawn = svg_texts(vlc.vegalite_to_svg(spec))
     assert "lower executed, 6x faster" in drawn and "fused (filled) vs unfused (hollow)" in drawn
 
 
@@ -290,7 +293,7 @@ def _workload_names(spec: dict) -> set[str]:
 
 
 def test_workload_points_are_labelled_stars_with_their_own_legend_entry():
-    points = pd.concat([_cpu_points(above=False), _workload_points()], ignore_index=True)
+    points = pd.concat([cpu_points(above=False), _workload_points()], ignore_index=True)
     pairs = pd.DataFrame(
         [
             {"workload": "relu_fused", "baseline": "relu_unfused", "params": '{"n": 65536}',
@@ -298,8 +301,8 @@ def test_workload_points_are_labelled_stars_with_their_own_legend_entry():
             for state in ("warm", "cold")
         ]
     )  # fmt: skip
-    spec = roofline_chart(_cpu_ceilings(), points, None, None, pairs).to_dict()
-    layers = _layers(spec)
+    spec = roofline_chart(cpu_ceilings(), points, None, None, pairs).to_dict()
+    layers = layers_of(spec)
     assert layers[-1]["mark"]["type"] == "point"  # the points stay on top
     stars = [la for la in layers if la.get("encoding", {}).get("shape", {}).get("field") == "marks"]
     (star,) = stars
@@ -317,7 +320,7 @@ def test_workload_points_are_labelled_stars_with_their_own_legend_entry():
     # through it
     assert _workload_names(spec) == {"relu_unfused", "relu_fused"}
     named = _named_labels(spec)
-    assert _label_crossings(named) == [] and _label_overlaps(named) == []
+    assert label_crossings(named) == [] and label_overlaps(named) == []
     # a grey line from each baseline point to the other implementation's, per cache state
     (pair,) = [
         la for la in layers if la["mark"]["type"] == "rule" and "x2" in la.get("encoding", {})
@@ -326,14 +329,14 @@ def test_workload_points_are_labelled_stars_with_their_own_legend_entry():
     assert sorted((s["x"], s["x2"]) for s in segments) == [(0.125, 0.375)] * 2
     import vl_convert as vlc
 
-    texts = _svg_texts(vlc.vegalite_to_svg(spec))
+    texts = svg_texts(vlc.vegalite_to_svg(spec))
     assert {WORKLOADS_LABEL, WORKLOADS_KEY, "relu_unfused", "relu_fused"} <= set(texts)
     assert "tails" in texts  # the GEMMs keep their sweep legend
 
 
 def test_a_roofline_without_workloads_draws_no_star_no_name_and_no_pair():
-    spec = roofline_chart(_cpu_ceilings(), _cpu_points(), None, None, pd.DataFrame()).to_dict()
-    layers = _layers(spec)
+    spec = roofline_chart(cpu_ceilings(), cpu_points(), None, None, pd.DataFrame()).to_dict()
+    layers = layers_of(spec)
     assert not [la for la in layers if "marks" in json.dumps(la.get("encoding", {}))]
     assert _workload_names(spec) == set()
     assert not [la for la in layers if "x2" in la.get("encoding", {})]
@@ -393,7 +396,7 @@ def constructed_store(tmp_path_factory):
     connection = duckdb.connect(str(db))
     try:
         run_id = "20260601T000000Z-constructed"
-        _insert(connection, "runs", [{
+        insert_rows(connection, "runs", [{
             "run_id": run_id, "schema_version": 2, "kind": "workload", "sweep": "chase",
             "started_at": T0, "ended_at": T0 + timedelta(minutes=1), "host": "wl-host",
             "machine_id": MACHINE, "backend": "cpu", "device_name": "constructed CPU",
@@ -408,7 +411,7 @@ def constructed_store(tmp_path_factory):
         rows += [
             _point(run_id, "two_dtypes", {"n": 64}, "warm", 1e-3, 0.5, d) for d in ("fp32", "fp64")
         ]
-        _insert(connection, "roofline_points", rows)
+        insert_rows(connection, "roofline_points", rows)
     finally:
         connection.close()
     return db
@@ -501,7 +504,7 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
     results = root / "results"
     _, ceilings_run = quick_ceilings_run
     shutil.copytree(ceilings_run, results / "ceilings" / "runs" / ceilings_run.name)
-    _rooflab(
+    rooflab_ok(
         "measure", "gemm", "--config", "fast.yaml", "--sweep", "tiny",
         "--out", "results/sweeps/tiny/runs", cwd=root,
     )  # fmt: skip
@@ -510,7 +513,7 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
         ("blockdiag_dense", [f"--param={k}={v[0]}" for k, v in BLOCKDIAG.items()]),
         ("pointer_chase", CHASE),
     ):
-        _rooflab(
+        rooflab_ok(
             "measure", "workload", f"{BUILTIN}:{name}", *params, "--backend", "cpu",
             "--config", "fast.yaml", "--out", f"results/workloads/{name}/local/runs", cwd=root,
         )  # fmt: skip
@@ -571,7 +574,7 @@ def test_the_implementations_chart_and_table_are_the_views_pairs(built, store):
         "blockdiag_blocks (filled) vs blockdiag_dense (hollow)",
         "relu_axpb_fused (filled) vs relu_axpb_unfused (hollow)",
     ]
-    dots = [la for la in _layers(spec) if la["mark"]["type"] == "point"]
+    dots = [la for la in layers_of(spec) if la["mark"]["type"] == "point"]
     drawn = {
         (r["name"], r["params"], r["cache_state"]): r["seconds"]
         for la in dots
@@ -581,7 +584,7 @@ def test_the_implementations_chart_and_table_are_the_views_pairs(built, store):
         key = (p["params"], p["cache_state"])
         assert drawn[(p["workload"], *key)] == pytest.approx(p["time_s"])
         assert drawn[(p["baseline"], *key)] == pytest.approx(p["baseline_time_s"])
-    texts = [la for la in _layers(spec) if la["mark"]["type"] == "text"]
+    texts = [la for la in layers_of(spec) if la["mark"]["type"] == "text"]
     said = {r["says"] for la in texts for r in spec["datasets"][la["data"]["name"]]}
     assert said == {p["says"] for p in pairs}
     for p in pairs:
@@ -619,7 +622,7 @@ def test_each_workload_of_several_cases_has_its_time_against_its_param(built, st
 @pytest.mark.slow  # the store behind it runs real measurements
 def test_the_roofline_draws_workloads_as_labelled_stars_and_joins_each_pair(built, store):
     spec = built.specs["roofline"]
-    layers = _layers(spec)
+    layers = layers_of(spec)
     (star,) = [
         la for la in layers if la.get("encoding", {}).get("shape", {}).get("field") == "marks"
     ]
@@ -628,7 +631,7 @@ def test_the_roofline_draws_workloads_as_labelled_stars_and_joins_each_pair(buil
     # every workload named beside one of its stars, clear of every roof and roof label
     assert _workload_names(spec) == WORKLOADS
     named = _named_labels(spec)
-    assert _label_crossings(named) == [] and _label_overlaps(named) == []
+    assert label_crossings(named) == [] and label_overlaps(named) == []
     # the fusion pair: a line from each unfused point to the fused one, to the right
     (pair,) = [
         la for la in layers if la["mark"]["type"] == "rule" and "x2" in la.get("encoding", {})
@@ -661,15 +664,15 @@ def test_the_pointer_chase_is_said_to_be_far_below_its_roof(built, store):
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_the_page_with_workloads_renders_in_a_real_browser(built, tmp_path):
-    dom = _render_in_browser(built, tmp_path)
-    roofline = _svg_texts(_chart_svg(dom, "roofline"))
+    dom = render_in_browser(built, tmp_path)
+    roofline = svg_texts(chart_svg(dom, "roofline"))
     assert WORKLOADS_LABEL in roofline and WORKLOADS_KEY in roofline
     assert {"relu_axpb_fused", "relu_axpb_unfused", "pointer_chase"} <= set(roofline)
-    pairs = _svg_texts(_chart_svg(dom, "implementations"))
+    pairs = svg_texts(chart_svg(dom, "implementations"))
     assert "relu_axpb_fused (filled) vs relu_axpb_unfused (hollow)" in pairs
     assert any(re.fullmatch(r"higher executed FLOP/s, [\d.]+x faster", t) for t in pairs)
     headings = re.findall(r"<h2>(.*?)</h2>", dom)
     assert "Same work, two implementations" in headings
     assert "Workload relu_axpb_fused: time vs n" in headings
-    times = _svg_texts(_chart_svg(dom, "workload_time_relu_axpb_unfused"))
+    times = svg_texts(chart_svg(dom, "workload_time_relu_axpb_unfused"))
     assert "Workload relu_axpb_unfused: median time and Roofline bound vs n" in times

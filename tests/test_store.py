@@ -1,13 +1,12 @@
 """The DuckDB store: real Parquet runs written by records.write_run, real DuckDB files."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
@@ -18,7 +17,7 @@ import pytest
 
 from rooflab import store
 from rooflab.cli import main
-from rooflab.records import MEASURED_TABLES, SCHEMA_VERSION, TABLES, new_run_id, write_run
+from rooflab.records import MEASURED_TABLES, TABLES
 from rooflab.store import (
     QueryError,
     RunsSetAside,
@@ -32,215 +31,21 @@ from rooflab.store import (
 )
 from rooflab.store.comparisons import STORE_TABLES
 from tests.conftest import run_rooflab
+from tests.store_runs import (
+    T0,
+    ceilings_run,
+    file_row_counts,
+    gemm_run,
+    rows,
+    store_row_counts,
+    two_machines,
+    write_roofline_points,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
-MACHINES = {
-    "m-alpha": ("alpha", "AMD EPYC 9654"),
-    "m-beta": ("beta", "Intel Xeon 8480+"),
-}
-SHAPES = [(1, 64, 64), (32, 64, 64), (128, 64, 64)]
 
 
 # -- realistic runs -----------------------------------------------------------------------------
-
-
-def _run_row(run_id, kind, sweep, started_at, machine_id, commit="abc123def4567890"):
-    host, cpu = MACHINES[machine_id]
-    return {
-        "run_id": run_id,
-        "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "sweep": sweep,
-        "started_at": started_at,
-        "ended_at": started_at + timedelta(minutes=3),
-        "host": host,
-        "machine_id": machine_id,
-        "backend": "cpu",
-        "device_name": cpu,
-        "library_versions": json.dumps({"numpy": "2.1.0"}),
-        "git_commit": commit,
-        "git_dirty": False,
-        "config_hash": "0123456789abcdef",
-        "settings": "{}",
-    }
-
-
-def _conditions(run_id, started_at, ghz_values):
-    return [
-        {
-            "run_id": run_id,
-            "t": started_at + timedelta(seconds=i),
-            "phase": "before" if i % 2 == 0 else "after",
-            "cpu_ghz_measured": ghz,
-            "governor": "performance",
-            "load_avg_1m": 0.5,
-            "unavailable": "{}",
-        }
-        for i, ghz in enumerate(ghz_values)
-    ]
-
-
-def gemm_run(
-    out,
-    *,
-    machine_id="m-alpha",
-    started_at=T0,
-    sweep="decode",
-    median_scale=1.0,
-    n_samples=5,
-    failing_m=128,
-    noisy_m=32,
-    disturbed_m=None,
-    busy_warning=None,
-):
-    """A CPU GEMM run: every table, two cache states, one configuration failing its check; the
-    cold point of `disturbed_m` flagged disturbed, and the run's busy warning where given."""
-    run_id = new_run_id(started_at)
-    tables = {name: [] for name in ("conditions", "samples", "gemm_points", "correctness")}
-    tables["runs"] = [
-        {**_run_row(run_id, "gemm", sweep, started_at, machine_id), "busy_warning": busy_warning}
-    ]
-    tables["conditions"] = _conditions(run_id, started_at, [3.1, 3.0, 2.9, 3.05])
-    for m, n, k in SHAPES:
-        config_id = f"{sweep}/fp32/nn/m{m}_n{n}_k{k}"
-        shape = {"m": m, "n": n, "k": k}
-        passed = m != failing_m
-        tables["correctness"].append(
-            {
-                "run_id": run_id,
-                "config_id": config_id,
-                "sweep": sweep,
-                **shape,
-                "dtype": "fp32",
-                "layout": "nn",
-                "metric": "max_rel_error",
-                "error": 1e-7 if passed else 0.5,
-                "tolerance": 1e-5,
-                "passed": passed,
-                "rows_checked": m,
-                "cols_checked": n,
-            }
-        )
-        if not passed:
-            continue  # a wrong result is never timed
-        for cache_state in ("warm", "cold"):
-            median_s = median_scale * 1e-5 * m
-            tables["samples"].extend(
-                {
-                    "run_id": run_id,
-                    "config_id": config_id,
-                    "cache_state": cache_state,
-                    "sample_idx": i,
-                    "seconds": median_s * (1 + 0.01 * i),
-                    "clock_mhz": 2950.0 + i,
-                }
-                for i in range(n_samples)
-            )
-            flops = 2 * m * n * k
-            tables["gemm_points"].append(
-                {
-                    "run_id": run_id,
-                    "config_id": config_id,
-                    "sweep": sweep,
-                    **shape,
-                    "dtype": "fp32",
-                    "x_dtype": "fp32",
-                    "w_dtype": "fp32",
-                    "y_dtype": "fp32",
-                    "layout": "nn",
-                    "cache_state": cache_state,
-                    "n_samples": n_samples,
-                    "median_s": median_s,
-                    "p25_s": median_s * 0.99,
-                    "p75_s": median_s * 1.01,
-                    "min_s": median_s * 0.98,
-                    "flops": flops,
-                    "bytes_model": 4 * (m * k + k * n + m * n),
-                    "achieved_flops_per_s": flops / median_s,
-                    "noisy": m == noisy_m,
-                    "flush_method": "write 64 MiB buffer" if cache_state == "cold" else None,
-                    "flush_bytes": 64 << 20 if cache_state == "cold" else 0,
-                    **_disturbance(m == disturbed_m and cache_state == "cold"),
-                }
-            )
-    return write_run(Path(out) / "gemm" / sweep / "runs", run_id, tables)
-
-
-def _disturbance(disturbed: bool) -> dict:
-    reason = "12 of 17 samples disturbed, 5 clean of the 10 needed" if disturbed else None
-    return {"disturbed": disturbed, "disturbance": reason, "n_disturbed": 12 if disturbed else 0}
-
-
-def ceilings_run(out, *, machine_id="m-alpha", started_at=T0, dram_b_per_s=50e9):
-    """A CPU ceilings run: bandwidth per level from a sweep, FMA and BLAS compute ceilings."""
-    run_id = new_run_id(started_at)
-    sweep_points = [("L1", 16 << 10, 400e9), ("L2", 512 << 10, 200e9), ("DRAM", 1 << 30, 0)]
-    tables = {
-        "runs": [_run_row(run_id, "ceilings", None, started_at, machine_id)],
-        "conditions": _conditions(run_id, started_at, [3.2, 3.1]),
-        "ceiling_sweep": [
-            {
-                "run_id": run_id,
-                "kernel": "triad",
-                "working_set_bytes": size,
-                "threads": 8,
-                "value": rate or dram_b_per_s,
-                "unit": "B/s",
-                "reps": 100,
-                "n_windows": 5,
-                "window_s": 0.05,
-                "iqr_ratio": 0.01,
-                "level": level,
-            }
-            for level, size, rate in sweep_points
-        ],
-        "ceilings": [
-            {
-                "run_id": run_id,
-                "kind": "bandwidth",
-                "name": level,
-                "kernel": "triad",
-                "dtype": "fp64",
-                "value": rate or dram_b_per_s,
-                "unit": "B/s",
-                "method": "best of 1 sweep point",
-                "cache_state": "warm",
-                "threads": 8,
-                "working_set_min_bytes": size,
-                "working_set_max_bytes": size,
-                "n_points": 1,
-            }
-            for level, size, rate in sweep_points
-        ]
-        + [
-            {
-                "run_id": run_id,
-                "kind": "compute",
-                "name": "fp64_fma",
-                "kernel": "fma_chains",
-                "dtype": "fp64",
-                "value": 1e12,
-                "unit": "FLOP/s",
-                "method": "independent SIMD FMA chains",
-                "cache_state": "warm",
-                "threads": 8,
-                "n_points": 1,
-            }
-        ],
-        "samples": [
-            {
-                "run_id": run_id,
-                "config_id": "blas/fp64/n1024",
-                "cache_state": "warm",
-                "sample_idx": i,
-                "seconds": 2e-3,
-                "clock_mhz": 3100.0,
-            }
-            for i in range(3)
-        ],
-    }
-    return write_run(Path(out) / "ceilings" / "runs", run_id, tables)
 
 
 def big_gemm_run(out, started_at, n_samples_rows):
@@ -269,38 +74,7 @@ def big_gemm_run(out, started_at, n_samples_rows):
     return run_dir
 
 
-def two_machines(results):
-    """Ceilings and a GEMM sweep on each of two machines."""
-    return [
-        ceilings_run(results, machine_id="m-alpha"),
-        gemm_run(results, machine_id="m-alpha", started_at=T0 + timedelta(hours=1)),
-        ceilings_run(results, machine_id="m-beta", dram_b_per_s=80e9),
-        gemm_run(results, machine_id="m-beta", started_at=T0 + timedelta(hours=2)),
-    ]
-
-
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def file_row_counts(run_dirs) -> dict[str, int]:
-    counts = dict.fromkeys(MEASURED_TABLES, 0)
-    for run_dir in run_dirs:
-        for path in Path(run_dir).glob("*.parquet"):
-            counts[path.stem] += pq.read_metadata(path).num_rows
-    return counts
-
-
-def store_row_counts(db, run_id=None) -> dict[str, int]:
-    where = "" if run_id is None else f" WHERE run_id = '{run_id}'"
-    with duckdb.connect(str(db), read_only=True) as connection:
-        return {
-            name: connection.execute(f"SELECT count(*) FROM {name}{where}").fetchone()[0]
-            for name in MEASURED_TABLES
-        }
-
-
-def rows(db, sql) -> list[dict]:
-    return query(db, sql).to_pylist()
 
 
 @pytest.fixture
@@ -544,29 +318,6 @@ def test_columns_of_a_newer_schema_are_added(results, db):
 
 
 # -- roofline points ------------------------------------------------------------------------------
-
-
-def write_roofline_points(results, points: dict[str, int]) -> None:
-    """roofline/roofline_points.parquet with `points[run_id]` rows for each run."""
-    folder = results / "roofline"
-    folder.mkdir(exist_ok=True)
-    rows_ = [
-        {
-            "run_id": run_id,
-            "config_id": f"decode/fp32/nn/m{i + 1}_n64_k64",
-            "cache_state": "warm",
-            "machine_id": "m-alpha",
-            "level": "DRAM",
-            "q_source": "model",
-            "intensity": float(i + 1),
-            "limiter": "memory",
-        }
-        for run_id, count in points.items()
-        for i in range(count)
-    ]
-    columns = {f.name: [r.get(f.name) for r in rows_] for f in TABLES["roofline_points"]}
-    pq.write_table(pa.table(columns, schema=TABLES["roofline_points"]), folder / "tmp.parquet")
-    os.replace(folder / "tmp.parquet", folder / "roofline_points.parquet")
 
 
 def test_roofline_points_replace_the_points_of_the_runs_they_name(results, db):

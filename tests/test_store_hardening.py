@@ -30,7 +30,7 @@ from rooflab.store import (
     rebuild,
 )
 from tests.conftest import installed_script, run_rooflab
-from tests.test_store import (
+from tests.store_runs import (
     T0,
     file_row_counts,
     gemm_run,

@@ -25,8 +25,8 @@ from rooflab.report.summary import UNPLACED_SHOWN
 from rooflab.roofline import analyse_results, roof_faults, write_analysis
 from rooflab.store import ingest, query
 from rooflab.workflow import campaign_summary, write_receipt
-from tests.test_report_history import _tables
-from tests.test_store import T0, ceilings_run, gemm_run
+from tests.report_pages import tables_of
+from tests.store_runs import T0, ceilings_run, gemm_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from many_runs import MACHINE_ID, write_many_runs
@@ -118,7 +118,7 @@ def test_every_unplaced_point_is_stored_with_its_reason(campaign):
 
 def test_the_report_lists_each_unplaced_point_with_why_and_bounds_the_list(campaign):
     page = campaign["report"].index.read_text()
-    tables = _tables(page, "unplaced")
+    tables = tables_of(page, "unplaced")
     assert len(tables) == 3  # one per machine with unplaced points
     by_machine = {}
     for header, *rows in tables:

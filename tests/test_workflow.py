@@ -14,54 +14,11 @@ import pytest
 import yaml
 
 from rooflab.backends.base import FLUSH_BYTES_ENV
+from tests.campaigns import TINY
 from tests.conftest import REPO, copy_workflow, installed_script, run_rooflab
 
 # A real campaign (about 40 s on two cores) and a killed one: run by .ci/run (pytest -m slow).
 pytestmark = pytest.mark.slow
-
-TINY = {
-    "backend": "cpu",
-    "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
-    "disturbance": {"quiet_wait_s": 5},  # a busy CI machine: warn after 5 s, not 30 s per job
-    "ceilings": {
-        "points_per_octave": 2,
-        "kernels": ["triad"],
-        "window_s": 0.005,
-        "windows": 1,
-        "blas_n": 128,
-    },
-    # the store outside results/, as on a cluster (a local disk of the submit node)
-    "store": {"db": "store/rooflab.duckdb"},
-    "sweeps": {
-        "a": {"m": [1, 2], "n": [16], "k": [16], "dtypes": ["fp64"]},
-        "b": {"m": [3], "n": [8], "k": [8], "dtypes": ["fp32"], "cache_states": ["warm"]},
-    },
-    # stages measured serial and overlapped (docs/timelines.md), a few ms each
-    "stages": {
-        "overlap": {
-            "measurable": True,
-            "compute_path": "fp64_fma",
-            "stages": [
-                {"name": "A", "kernel": "stream", "time_s": 0.003},
-                {"name": "B", "kernel": "fma", "time_s": 0.003, "after": ["A"]},
-            ],
-        }
-    },
-    # a decode-like step of many small calls, eager against fused (docs/timelines.md)
-    "timelines": {"step": {"layers": 4, "hidden": 32}},
-    # two implementations of the same work (docs/workloads.md), small
-    "workloads": {
-        "unfused": {
-            "entry": "rooflab.workloads.builtin:relu_axpb_unfused",
-            "params": {"n": [65536]},
-        },
-        "fused": {
-            "entry": "rooflab.workloads.builtin:relu_axpb_fused",
-            "params": {"n": [65536]},
-            "same_work_as": "unfused",
-        },
-    },
-}
 
 
 def snakemake(workdir: Path, *args: str, **popen) -> subprocess.CompletedProcess:

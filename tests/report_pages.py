@@ -1,0 +1,346 @@
+"""Helpers for the report tests: building a store the way the workflow does (`rooflab_ok`),
+reading Vega-Lite specs (`layers_of`, roof-label crossings and overlaps, datasheet rows), rendering
+the page in headless chromium and reading its SVG (`render_in_browser`, `chart_svg`, `svg_texts`,
+`axis_labels`), copying real runs under new run ids (`copy_run`, `NODE_B`), a constructed CPU's
+roofs and points (`CPU_ROOFS`, `cpu_ceilings`, `cpu_points`), rows inserted into a constructed store
+(`insert_rows`) and the page's tables of one class (`tables_of`). Used by test_report,
+test_report_glance, test_report_hostile, test_report_workloads, test_report_history,
+test_report_scale and test_unplaced_points; not a test module, so pytest collects nothing here.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+
+from rooflab.records import new_run_id, read_run, write_run
+from tests.conftest import run_rooflab
+
+CHROMIUM = shutil.which("chromium") or (
+    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+)
+
+
+NO_CHROMIUM = "chromium is not installed (apt-get install chromium)"
+
+
+def rooflab_ok(*args: str, cwd: Path) -> None:
+    result = run_rooflab(*args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+
+
+# -- chart specs -----------------------------------------------------------------------------------
+
+
+def layers_of(spec: dict) -> list[dict]:
+    """Every unit spec (with a mark) inside layers and facets."""
+    if "mark" in spec:
+        return [spec]
+    out = []
+    for key in ("layer", "spec", "hconcat", "vconcat", "concat"):
+        child = spec.get(key)
+        for item in child if isinstance(child, list) else [child] if child else []:
+            out += layers_of(item)
+    return out
+
+
+def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
+    """Each roof label of a Roofline spec: (text, `inside((px, py))`, the chart's pixel mapping,
+    points inside its box) for its text box on the chart's pixels: `char_px` per character, 11 px
+    high, placed by its text mark's align, dx, dy and angle (Vega turns the text about its
+    anchor, then offsets it by dx and dy)."""
+    import math
+
+    layers = layers_of(spec)
+    (x0, x1), (y0, y1) = (
+        next(la["encoding"][c]["scale"]["domain"] for la in layers if "scale" in la["encoding"][c])
+        for c in ("x", "y")
+    )
+    width, height = spec["width"], spec["height"]
+
+    def to_px(x, y):
+        return (
+            math.log(x / x0) / math.log(x1 / x0) * width,
+            math.log(y1 / y) / math.log(y1 / y0) * height,
+        )
+
+    boxes = []
+    for layer in layers:
+        mark = layer["mark"]
+        if mark["type"] != "text" or "stroke" in mark:  # the white halo repeats the text
+            continue
+        for row in spec["datasets"][layer["data"]["name"]]:
+            ax, ay = to_px(row["x"], row["y"])
+            theta = math.radians(mark.get("angle", 0))
+            length = len(row["ceiling"]) * char_px
+            dx, dy = mark.get("dx", 0), mark.get("dy", 0)
+            u_lo, u_hi = (dx, dx + length) if mark.get("align") == "left" else (dx - length, dx)
+
+            def inside(p, ax=ax, ay=ay, theta=theta, u=(u_lo, u_hi), dy=dy):
+                px, py = p[0] - ax, p[1] - ay
+                along = px * math.cos(theta) + py * math.sin(theta)
+                across = -px * math.sin(theta) + py * math.cos(theta)
+                return u[0] <= along <= u[1] and dy - 5.5 <= across <= dy + 5.5
+
+            samples = [
+                (
+                    ax + u * math.cos(theta) - v * math.sin(theta),
+                    ay + u * math.sin(theta) + v * math.cos(theta),
+                )
+                for u in range(int(u_lo), int(u_hi) + 1, 2)
+                for v in range(int(dy - 5), int(dy + 6), 2)
+            ]
+            boxes.append((row["ceiling"], inside, to_px, samples))
+    return boxes
+
+
+def label_crossings(spec: dict) -> list[tuple[str, str]]:
+    """(label, roof) for every roof line, measured or datasheet, that runs through a roof
+    label's text: each roof's segment sampled every fraction of a pixel."""
+    roofs: dict[str, list] = {}
+    for rows in spec["datasets"].values():
+        for row in rows:
+            if "kind" in row and "ceiling" in row:
+                roofs.setdefault(row["ceiling"], []).append((row["x"], row["y"]))
+    crossings = []
+    for label, inside, to_px, _ in _label_boxes(spec):
+        for roof, ends in roofs.items():
+            (ax, ay), (bx, by) = (to_px(*end) for end in ends)
+            steps = 4 * int(abs(bx - ax) + abs(by - ay)) + 2
+            samples = (
+                (ax + (bx - ax) * i / steps, ay + (by - ay) * i / steps) for i in range(steps + 1)
+            )
+            if any(inside(p) for p in samples):
+                crossings.append((label, roof))
+    return crossings
+
+
+def label_overlaps(spec: dict) -> list[tuple[str, str]]:
+    """Pairs of roof labels whose text boxes overprint: a point of one box inside the other."""
+    boxes = _label_boxes(spec)
+    return [
+        (a, b)
+        for i, (a, _, _, samples) in enumerate(boxes)
+        for b, inside, _, _ in boxes[i + 1 :]
+        if any(inside(p) for p in samples)
+    ]
+
+
+def datasheet_of(device_name: str):
+    """The rows latest_datasheet_roofs gives a machine whose device is `device_name`."""
+    import pandas as pd
+
+    from rooflab.devices import matching_preset
+    from rooflab.roofline.analysis import datasheet_rows
+
+    run = {"run_id": "r", "machine_id": "m"}
+    return pd.DataFrame(datasheet_rows(run, matching_preset(device_name)))
+
+
+# -- the page in a browser -------------------------------------------------------------------------
+
+
+def render_in_browser(report, tmp_path) -> str:
+    """Load the page in headless chromium (no network); every chart must render, no errors.
+    Returns the rendered DOM."""
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--no-first-run", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+        "--virtual-time-budget=20000", "--window-size=1200,6000",
+    ]  # fmt: skip
+    url = report.index.resolve().as_uri()
+    dom = subprocess.run(
+        [CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    console_errors = [
+        line for line in dom.stderr.splitlines()
+        if "CONSOLE" in line and re.search(r"error|uncaught", line, re.I)
+    ]  # fmt: skip
+    assert console_errors == []
+    assert 'data-rendered="true"' in html, "vegaEmbed did not finish"
+    assert re.search(r'<pre id="report-errors">\s*</pre>', html), "the page recorded errors"
+    for name in report.charts:
+        match = re.search(
+            rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"(.*?)</div>", html, re.S
+        )
+        assert match, name
+        inner = html[match.start() :]
+        svg = re.search(r"<svg.*?</svg>", inner, re.S)
+        assert svg and svg.group(0).count("<path") + svg.group(0).count("<text") > 10, name
+    shot = report.out_dir / "screenshot.png"
+    subprocess.run(
+        [CHROMIUM, *flags, f"--screenshot={shot}", url], capture_output=True, timeout=120,
+        check=True,
+    )  # fmt: skip
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return html
+
+
+def chart_svg(dom: str, name: str) -> str:
+    """The SVG vega-embed drew for chart `name` in the rendered page."""
+    start = re.search(rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"", dom).start()
+    return re.search(r"<svg.*?</svg>", dom[start:], re.S).group(0)
+
+
+def svg_texts(svg: str) -> list[str]:
+    """Every text drawn, each line of a text of several lines (tspans) on its own."""
+    import html
+
+    texts = []
+    for text in re.findall(r"<text[^>]*>(.*?)</text>", svg, re.S):
+        lines = re.findall(r"<tspan[^>]*>([^<]*)</tspan>", text) or [text]
+        texts += [html.unescape(line) for line in lines]
+    return texts
+
+
+def axis_labels(svg: str, axis: str) -> list[str]:
+    """The tick labels of the axis whose aria-label starts with `axis` ("X-axis titled 'Time")."""
+    group = svg[svg.index(f'aria-label="{axis}') :]
+    return svg_texts(re.search(r'role-axis-label"[^>]*>(.*?)</g>', group, re.S).group(1))
+
+
+# -- copies of real runs ---------------------------------------------------------------------------
+
+
+NODE_B = {"host": "node-b", "machine_id": "b" * 16}
+
+
+@functools.cache
+def _rows(run_dir: Path) -> dict[str, list[dict]]:
+    """A run's tables as rows, read once (the history copies one run hundreds of times)."""
+    return {name: table.to_pylist() for name, table in read_run(run_dir).items()}
+
+
+def copy_run(run_dir: Path, out_dir: Path, started_at, *, runs=None, edit=None) -> str:
+    tables = copy.deepcopy(_rows(run_dir))
+    run_id = new_run_id(started_at)
+    for rows in tables.values():
+        for row in rows:
+            row["run_id"] = run_id
+    (run,) = tables["runs"]
+    shift = started_at - run["started_at"]
+    for row in tables.get("conditions", []):
+        row["t"] += shift
+    run.update(started_at=started_at, ended_at=run["ended_at"] + shift, **(runs or {}))
+    if edit:
+        edit(tables)
+    write_run(out_dir, run_id, tables)
+    return run_id
+
+
+# -- the Roofline: a CPU whose L2 and L3 roofs are 17 % apart (the user's machine) -----------------
+
+CPU_ROOFS = {
+    ("bandwidth", "L1", "read"): 620e9,
+    ("bandwidth", "L2", "read"): 228e9,
+    ("bandwidth", "L3", "triad"): 195e9,
+    ("bandwidth", "DRAM", "triad"): 40.9e9,
+    ("compute", "fp64_fma", "fma_chains"): 105e9,
+    ("compute", "fp32_fma", "fma_chains"): 210e9,
+    ("compute", "fp64_blas", "matmul"): 88e9,
+    ("compute", "fp32_blas", "matmul"): 170e9,
+}
+
+
+def cpu_ceilings() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"kind": kind, "name": name, "kernel": kernel, "value": value}
+            for (kind, name, kernel), value in CPU_ROOFS.items()
+        ]
+    )
+
+
+def cpu_points(above: bool = True) -> pd.DataFrame:
+    """Points as latest_model_points gives them: two sweeps, warm ones against L2, cold ones
+    against DRAM, compute-bound ones against their BLAS path; with `above`, the cold M = 1 points
+    beat their roof by 20 %."""
+    peaks = {"fp32": CPU_ROOFS[("compute", "fp32_blas", "matmul")]}
+    peaks["fp64"] = CPU_ROOFS[("compute", "fp64_blas", "matmul")]
+    rows = []
+    for sweep, ms in (("weight_reuse", (1, 16, 256)), ("tails", (3, 100))):
+        for dtype, size in (("fp32", 4), ("fp64", 8)):
+            for cache_state, level in (("warm", "L2"), ("cold", "DRAM")):
+                for m in ms:
+                    intensity = 2 * m * 1024 / (size * (1024 + 2 * m))
+                    bandwidth = next(v for (_, n, _), v in CPU_ROOFS.items() if n == level)
+                    attainable = min(peaks[dtype], bandwidth * intensity)
+                    factor = 1.2 if above and m == 1 and cache_state == "cold" else 0.6
+                    rows.append(
+                        {
+                            "config_id": f"{sweep}/{dtype}/m{m}",
+                            "sweep": sweep,
+                            "dtype": dtype,
+                            "cache_state": cache_state,
+                            "m": m,
+                            "n": 1024,
+                            "k": 1024,
+                            "intensity": intensity,
+                            "achieved_flops_per_s": attainable * factor,
+                            "attainable_flops_per_s": attainable,
+                            "efficiency": factor,
+                            "limiter": "memory"
+                            if bandwidth * intensity < peaks[dtype]
+                            else "compute",
+                            "level": level,
+                            "compute_path": f"{dtype}_blas",
+                            "above_roof": factor > 1,
+                            "disturbed": False,
+                            "run_id": "20260101T000000Z-00000000",
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+# -- a constructed store and the page's tables -----------------------------------------------------
+
+
+def insert_rows(connection, table: str, rows: list[dict]) -> None:
+    for row in rows:
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        connection.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", list(row.values()))
+
+
+class _Tables(HTMLParser):
+    """The page's tables of one class: [header, *rows] each, as cell texts."""
+
+    def __init__(self, css_class: str):
+        super().__init__()
+        self.css_class, self.tables, self.depth, self.cell = css_class, [], 0, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and self.css_class in (dict(attrs).get("class") or "").split():
+            self.tables.append([])
+            self.depth = 1
+        elif self.depth and tag == "tr":
+            self.tables[-1].append([])
+        elif self.depth and tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if self.depth and tag in ("td", "th"):
+            self.tables[-1][-1].append(self.cell.strip())
+            self.cell = None
+        elif self.depth and tag == "table":
+            self.depth = 0
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def tables_of(page: str, css_class: str) -> list[list[list[str]]]:
+    parser = _Tables(css_class)
+    parser.feed(page)
+    return parser.tables
