@@ -167,6 +167,17 @@ def test_every_layer_is_described():
     described = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
     for name in layers:
         assert f"`{name}`" in described, f"docs/architecture.md does not describe `{name}`"
+    # and every module has its room named there
+    unnamed = [
+        name
+        for name in MODULES
+        if name
+        and not any(
+            f"`{short}`" in described
+            for short in (name.split(".")[-1], ".".join(name.split(".")[-2:]))
+        )
+    ]
+    assert unnamed == [], f"docs/architecture.md does not name {unnamed}"
 
 
 def test_the_cache_states_are_one_vocabulary():
