@@ -347,3 +347,51 @@ def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_
     figures = f"cold {cold / 1e9:.1f}, warm {warm / 1e9:.1f}, memory {far / 1e9:.1f} GB/s"
     assert warm > 1.2 * far, figures  # the level is faster than memory: the check can fail
     assert cold < (1 + FALL) * far, figures
+
+
+def test_a_disturbed_point_past_a_mebibyte_is_measured_again_as_a_point_of_its_own(monkeypatch):
+    """A disturbed sweep point sets no edge: one of at least RETAKE_FROM is measured again at
+    once, 1/64 larger, and both are kept (the first flagged); a retake is not retaken, and a
+    sweep retakes at most RETAKES points. Which points are disturbed is set here: the first five
+    measured of at least RETAKE_FROM, every other point clean."""
+    from rooflab.experiments import ceilings
+
+    order, made, asked = [], [], []  # measured; made disturbed here; points retaken
+
+    def sweep_point(workload, windows, kernel, config_id):
+        point = measured(workload, windows, kernel, config_id)
+        order.append(point.working_set)
+        disturbed = point.working_set >= ceilings.RETAKE_FROM and len(made) < 5
+        if disturbed:
+            made.append(point.working_set)
+        reasons = ["made disturbed by the test"] if disturbed else []
+        return point._replace(verdict=replace(point.verdict, reasons=reasons))
+
+    def retake(point, size, *args):
+        again = decide(point, size, *args)
+        if again is not None:
+            asked.append(size)
+        return again
+
+    measured, decide = ceilings._sweep_point, ceilings._retake
+    monkeypatch.setattr(ceilings, "_sweep_point", sweep_point)
+    monkeypatch.setattr(ceilings, "_retake", retake)
+    settings = replace(
+        QUICK,
+        kernels=("triad",),
+        max_working_set_bytes=32 * MiB,
+        window_s=0.002,
+        fma_dtypes=("fp64",),
+        blas_dtypes=(),
+    )
+    tables = run_ceilings(CpuBackend(), settings)
+    sweep = {r["working_set_bytes"]: r for r in tables["ceiling_sweep"] if r["kernel"] == "triad"}
+    assert all(sweep[size]["disturbed"] for size in made)  # kept, flagged
+    # a point, its retake (not retaken), a second point and its retake, then a third point: the
+    # sweep's RETAKES (2) are spent (retakes asked by the working set requested, measured in
+    # whole chunks per thread)
+    first, first_again, second, second_again, _ = made
+    assert ceilings.RETAKES == 2 and asked == pytest.approx([first, second], rel=1e-3)
+    for size, again in ((first, first_again), (second, second_again)):
+        assert order[order.index(size) + 1] == again  # at once
+        assert again / size == pytest.approx(65 / 64, rel=5e-3)  # 1/64 larger

@@ -220,6 +220,7 @@ def _run_ceilings(
             return windows, edges, bool(ended), confirm
 
         ahead, extra = sorted(sizes), []  # the start, ascending; refinements and confirmations
+        retakes: list[int] = []  # working sets measured again beside a disturbed point
         with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
             while True:
                 found_windows, _, ended, confirm = plateaus_found()
@@ -250,6 +251,11 @@ def _run_ceilings(
                 tables["samples"].extend(point.windows.sample_rows(run_id, point.point_id))
                 note = " (disturbed)" if point.verdict.disturbed else ""
                 progress.update(f"{point.rate / 1e9:.1f} GB/s{note}")
+                again = _retake(point, size, points, extra, retakes)
+                if again is not None:
+                    retakes.append(again)
+                    extra.insert(0, again)
+                    progress.add([planned_sweep_point_s(settings, again)])
         # the start's larger working sets, left once the memory plateau was established
         progress.drop([planned_sweep_point_s(settings, size) for size in ahead])
         windows_found, edges, ended, _ = plateaus_found()
@@ -413,6 +419,28 @@ def _on_a_plateau(working_set: int, level_windows: dict[str, tuple[int, int]]) -
     """Whether a working set lies on a level's plateau (a few % either side: the working set a
     workload really gets is rounded to whole chunks per thread)."""
     return any(0.97 * lo <= working_set <= 1.03 * hi for lo, hi in level_windows.values())
+
+
+# A disturbed sweep point sets no edge and no ceiling; past RETAKE_FROM (where points cost
+# seconds and a missing one sends the memory sweep on by an octave: a disturbed 1 GB triad point
+# took a campaign's sweep on to 4 GB) it is measured again once, as a point of its own 1/64
+# larger, at most RETAKES times a sweep (a busy machine is said, not measured twice over).
+RETAKE_FROM, RETAKES = 1 << 20, 2
+
+
+def _retake(point: SweepPoint, size: int, points: dict, extra: list, retakes: list) -> int | None:
+    """The working set to measure next in place of a disturbed point, or None."""
+    again = size + size // 64
+    if (
+        not point.verdict.disturbed
+        or size < RETAKE_FROM
+        or size in retakes
+        or len(retakes) >= RETAKES
+        or again in points
+        or again in extra
+    ):
+        return None
+    return again
 
 
 def _sweep_point(workload: CeilingLoad, windows: Windows, kernel: str, config_id: str):
