@@ -234,28 +234,3 @@ def test_a_point_just_past_an_edge_that_still_hits_the_level_below_sets_no_ceili
     low, high = windows["L2"]
     assert low == 192 * KiB and high == 2385 * KiB  # from 2x the L1's 96 KiB reported
     assert max(rate for size, rate in triad.items() if low <= size <= high) == 244.2
-
-
-def test_a_slow_decline_from_the_l3_into_memory_is_no_plateau_and_sets_no_edge():
-    """A default campaign's triad on the VM (2026-12-02, its points in GB/s as the sweep climbed):
-    37.3, 37.1 then 33.5 GB/s at 247, 257 and 512 MB are the L3 still falling into memory, not a
-    plateau of its own. Taken as one (each within FALL of their median), 1.02 GB at 33.0 made it
-    a fall: the L3's edge read 512 MB for a moment and the memory was sought from 2 GB, a 4 GB
-    point later. A plateau's points stay within FALL of its best."""
-    climbing = {
-        8 * MiB: 57.3,
-        16 * MiB: 55.7,
-        31 * MiB: 56.5,
-        62 * MiB: 54.9,
-        123 * MiB: 50.3,
-        235 * MiB: 37.3,
-        245 * MiB: 37.1,
-        489 * MiB: 33.5,
-        974 * MiB: 33.0,
-    }
-    edges = find_edges(climbing, VM_CACHES)
-    assert edges[-1].measured_bytes == 62 * MiB
-    # the memory's plateau from 4x that edge: 489 and 974 MiB agree, their midpoint comes next
-    middle = confirming_size(climbing, edges)
-    assert 489 * MiB < middle < 974 * MiB
-    assert memory_plateau({**climbing, middle: 33.2}, edges) == (489 * MiB, 974 * MiB)

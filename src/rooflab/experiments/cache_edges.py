@@ -48,17 +48,11 @@ class LevelEdge(NamedTuple):
 
 def plateau_runs(rates: dict[int, float]) -> list[list[int]]:
     """The sweep's points (working set -> rate) in runs, ascending: a point joins the run before
-    it while within FALL of that run's median rate and no more than FALL below its best (a slow
-    decline from a cache into memory, 37 then 33 GB/s, is not one plateau)."""
+    it while within FALL of that run's median rate."""
     runs: list[list[int]] = []
     for size in sorted(rates):
-        run = runs[-1] if runs else []
-        if (
-            run
-            and abs(rates[size] / statistics.median(rates[s] for s in run) - 1) <= FALL
-            and rates[size] >= (1 - FALL) * max(rates[s] for s in run)
-        ):
-            run.append(size)
+        if runs and abs(rates[size] / statistics.median(rates[s] for s in runs[-1]) - 1) <= FALL:
+            runs[-1].append(size)
         else:
             runs.append([size])
     return runs
