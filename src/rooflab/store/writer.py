@@ -146,7 +146,11 @@ class _Writer:
     def __init__(self, connection: duckdb.DuckDBPyConnection, db_path: Path):
         self.connection = connection
         self.columns: dict[str, set[str]] = {}
-        self.transaction(lambda: (migrate(connection, db_path), self.ensure_schema()))
+        self.transaction(lambda: self._bring_up_to_date(db_path))
+
+    def _bring_up_to_date(self, db_path: Path) -> None:
+        migrate(self.connection, db_path)  # first: a step sees the store as its version left it
+        self.ensure_schema()
 
     def _load_columns(self) -> None:
         rows = self.connection.execute(
