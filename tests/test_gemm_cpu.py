@@ -81,9 +81,16 @@ def test_small_sweep_records_every_table(backend):
         assert point["bytes_model"] == ledger.bytes
         assert point["p25_s"] <= point["median_s"] <= point["p75_s"]
         assert point["n_samples"] >= FAST.min_samples
-        assert (point["flush_bytes"] > 0) == (point["cache_state"] == "cold")
+        # cold: the operands X, W and Y evicted by themselves (CpuBackend.make_cold)
         cold = point["cache_state"] == "cold"
-        assert point["flush_method"] == (backend.flush_method if cold else None)
+        itemsize = {"fp32": 4, "fp64": 8}[point["dtype"]]
+        operands = itemsize * (point["m"] * point["k"] + point["k"] * point["n"])
+        operands += itemsize * point["m"] * point["n"]
+        assert point["flush_bytes"] == (operands if cold else 0)
+        assert (point["flush_method"] or "").endswith(
+            f"operands ({operands} B), then a fence, before each sample: out of every cache "
+            "level whatever its size"
+        ) == cold
         assert point["achieved_flops_per_s"] == point["flops"] / point["median_s"]
         samples = [
             s

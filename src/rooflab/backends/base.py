@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +171,14 @@ class Backend(ABC):
 
     flush_bytes: int
     flush_method: str  # how, over how many bytes, and why that many (flush_size's reason)
+
+    def make_cold(self, operands: Sequence | None = None) -> tuple[int, str]:
+        """Make the next call's data cold, outside any timed region; the bytes it touched and
+        how (the cold row's flush_bytes and flush_method). `operands`: the arrays the call
+        reads and writes, evicted by themselves where the backend can (CpuBackend); else, and
+        without them, the caches flushed by their buffer (flush_cache)."""
+        self.flush_cache()
+        return self.flush_bytes, self.flush_method
 
     def size_flush(self, measured_last_bytes: int, source: str) -> None:
         """Size the flush from the last cache level's measured edge (flush_size); `source` says

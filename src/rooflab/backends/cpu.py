@@ -12,7 +12,7 @@ import importlib.metadata
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
@@ -44,6 +44,9 @@ class CpuBackend(Backend):
         # Allocated at the first flush: a backend built to check sizes (the Snakefile's
         # pre-flight, a dry run) allocates nothing; memory_available_bytes counts it either way.
         self._flush: tuple[list[np.ndarray], ThreadPoolExecutor] | None = None
+        # Compiled at the first cold sample that names its operands (make_cold); False: none
+        # for this CPU, the buffer flush serves.
+        self._evictor = None
         # The clock's add loop is compiled at the first conditions reading (each job's "before"
         # reading, ahead of any sample), not here: a backend built to check sizes runs none.
 
@@ -145,6 +148,16 @@ class CpuBackend(Backend):
         # The workers still need the GIL to park after their chunk; without this pause they ran
         # beside the next sample's BLAS threads, whose run-queue wait then flagged it disturbed.
         time.sleep(FLUSH_SETTLE_S)
+
+    def make_cold(self, operands: Sequence | None = None) -> tuple[int, str]:
+        if operands and self._evictor is None:
+            from rooflab.backends.cpu_evict import evictor_for_this_machine  # llvmlite: lazily
+
+            self._evictor = evictor_for_this_machine() or False
+        if not operands or not self._evictor:
+            return super().make_cold()
+        flushed = self._evictor.evict(operands)
+        return flushed, self._evictor.describe(flushed)
 
     def _write_flush_buffer(self) -> None:
         # Read and write every line, so each core's caches fill with dirty lines of the buffer.

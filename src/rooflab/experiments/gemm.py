@@ -169,7 +169,7 @@ def _time_config(backend, config, operands, sweep, timing, run_id, tables, progr
         taken = len(tables["samples"])
         point.time_round(
             backend, lambda: backend.matmul(operands), timing, tables, run_id=run_id,
-            progress=progress,
+            progress=progress, operands=(operands.x, operands.w, operands.y),
         )  # fmt: skip
         for sample in tables["samples"][taken:]:  # rounds names the amount FLOP; int8's is OP
             sample["amount_unit"] = ledger.work_unit

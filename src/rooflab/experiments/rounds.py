@@ -32,7 +32,7 @@ from rooflab.experiments.timing import (
     measure,
     sample_rows,
 )
-from rooflab.vocabulary import CacheState, StopReason
+from rooflab.vocabulary import StopReason
 
 MIN_ROUND_SAMPLES = 6
 
@@ -64,10 +64,19 @@ class TimedPoint:
     readings: list[list[dict]] = field(default_factory=list)
 
     def time_round(
-        self, backend: Backend, call, timing: TimingSettings, tables, *, run_id, progress=None
+        self,
+        backend: Backend,
+        call,
+        timing: TimingSettings,
+        tables,
+        *,
+        run_id,
+        progress=None,
+        operands=None,
     ) -> None:
         """One more round: condition readings around a measurement, appended to `tables` with
-        its samples (numbered on from the earlier rounds')."""
+        its samples (numbered on from the earlier rounds'); `operands`: what `call` reads and
+        writes, evicted before each cold sample where the backend can (Backend.make_cold)."""
         config_id, cache_state = self.config_id, self.cache_state
         before = conditions_row(backend, run_id, "before", config_id)
         with backend.sampling_conditions(config_id) as during:
@@ -78,6 +87,7 @@ class TimedPoint:
                 cache_state,
                 progress,
                 label=f"{config_id}/{cache_state}",
+                operands=operands,
             )
         readings = [before, *during_rows(run_id, during)]
         readings.append(conditions_row(backend, run_id, "after", config_id))
@@ -105,7 +115,7 @@ class TimedPoint:
             statistics.median(s.seconds for s in clean(m.samples)) for m in self.measurements
         ]
         readings = [r for round_readings in self.readings for r in round_readings]
-        cold = self.cache_state == CacheState.COLD
+        flushes = [m.cold_flush for m in self.measurements if m.cold_flush]
         return {
             "cache_state": self.cache_state,
             **summary.columns(),
@@ -113,8 +123,8 @@ class TimedPoint:
             "round_spread": max(medians) / min(medians) - 1 if len(medians) > 1 else None,
             "achieved_flops_per_s": self.flops / summary.median_s,
             "noisy": summary.noisy,
-            "flush_method": backend.flush_method if cold else None,
-            "flush_bytes": backend.flush_bytes if cold else 0,
+            "flush_method": flushes[-1][1] if flushes else None,
+            "flush_bytes": flushes[-1][0] if flushes else 0,
             **clock_flags(readings, timing.max_clock_change),
             **pooled.verdict.columns(),
         }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from rooflab.backends.base import Backend
@@ -215,6 +215,7 @@ class Measurement:
     verdict: Verdict
     stop: Stop | None = None
     phases: list[PhaseDisturbance] = field(default_factory=list)  # what other processes used
+    cold_flush: tuple[int, str] | None = None  # cold: bytes flushed or evicted, and how
 
     def summary(self, noisy_iqr_ratio: float) -> Summary:
         summary = summarize([s.seconds for s in clean(self.samples)], noisy_iqr_ratio)
@@ -229,9 +230,12 @@ def measure(
     progress: Progress | None = None,
     label: str | None = None,
     timer: Callable[[Callable[[], object]], float] | None = None,
+    operands: Sequence | None = None,
 ) -> Measurement:
     """Warm up, then take samples; `label` names the sampling phase for profilers (NVTX);
-    `timer` times each sample (default: the backend's; `host_wall_time` for launch gaps)."""
+    `timer` times each sample (default: the backend's; `host_wall_time` for launch gaps);
+    `operands`: the arrays `call` reads and writes, which a cold sample evicts where the
+    backend can (Backend.make_cold)."""
     if cache_state not in CACHE_STATES:
         known = ", ".join(CACHE_STATES)
         raise ValueError(f"cache_state must be one of {known}, got {cache_state!r}")
@@ -256,6 +260,7 @@ def measure(
     stopper = Stopper(rule, math.ceil(disturbance.retake_factor * settings.min_samples))
     samples: list[Sample] = []
     clean_seconds: list[float] = []
+    cold_flush = None
     with (
         backend.nvtx_range(label or f"rooflab/{cache_state}"),
         probe().measuring_phase() as phase,
@@ -268,7 +273,7 @@ def measure(
             if stop is not None:
                 break
             if cache_state == CacheState.COLD:
-                backend.flush_cache()  # outside the timed region
+                cold_flush = backend.make_cold(operands)  # outside the timed region
                 backend.synchronize()
             sample = take_sample(backend, call, disturbance, timer)
             beat()
@@ -281,7 +286,7 @@ def measure(
     if progress and (note := stop.note(rule)):
         progress.note(note)
     verdict = judge_samples(samples, phase, backend, settings.min_samples, disturbance)
-    return Measurement(samples, verdict, stop, phase)
+    return Measurement(samples, verdict, stop, phase, cold_flush)
 
 
 def judge_samples(
