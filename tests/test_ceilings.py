@@ -439,3 +439,32 @@ def test_a_clean_point_whose_median_is_not_pinned_sets_no_edge_and_is_measured_a
     again = order[order.index(made[0]) + 1]
     assert again / made[0] == pytest.approx(65 / 64, rel=5e-3)
     assert order.count(again) == 1  # measured once, settled, not retaken
+
+
+def test_inside_the_memory_window_every_unsettled_point_is_retaken_once_past_the_budget():
+    """Below the memory's window a sweep retakes at most RETAKES points; inside it every point
+    that is not settled is retaken once (cheaper than the octave a missing point costs), and a
+    retake is not retaken."""
+    from rooflab.conditions.disturbance import Verdict
+    from rooflab.experiments import ceilings
+    from rooflab.experiments.stopping import Stop
+    from rooflab.vocabulary import StopReason
+
+    def point(size, disturbed=True):
+        verdict = Verdict(reasons=["made disturbed by the test"] if disturbed else [])
+        stop = Stop(StopReason.CONVERGED, 0.01)
+        return ceilings.SweepPoint(size, 1e10, None, f"ws{size}", verdict, {}, stop, None)
+
+    memory_from = 256 * MiB
+    retakes = [8 * MiB + 128 * KiB, 16 * MiB + 256 * KiB]  # RETAKES spent below the window
+
+    def retake(size, disturbed=True):
+        return ceilings._retake(point(size, disturbed), size, {}, [], retakes, memory_from)
+
+    assert ceilings.RETAKES == 2
+    assert retake(32 * MiB) is None  # below the window: the budget is spent
+    assert retake(512 * MiB) == 512 * MiB + 8 * MiB
+    assert retake(512 * MiB, disturbed=False) is None  # settled
+    retakes.extend([512 * MiB + 8 * MiB, 1024 * MiB + 16 * MiB, 2048 * MiB + 32 * MiB])
+    assert retake(4096 * MiB) == 4096 * MiB + 64 * MiB  # however many were taken inside it
+    assert retake(1024 * MiB + 16 * MiB) is None  # a retake is not retaken

@@ -118,7 +118,11 @@ def memory_plateau(
 
 
 def _spans_an_octave(low: int, high: int) -> bool:
-    return high >= 1.99 * low  # working sets are rounded to 1 KiB
+    # less a retake's 1/64 (ceilings._retake) and working sets rounded to 1 KiB
+    return high >= OCTAVE * low
+
+
+OCTAVE = 1.95
 
 
 def confirming_size(
