@@ -78,7 +78,7 @@ def test_a_read_of_evicted_data_runs_at_memory_speed_and_warm_it_is_faster():
         return sum(a.nbytes for a in arrays) / backend.time_call(lambda: run(1))
 
     cold, warm, memory = [], [], []
-    for _ in range(9):
+    for _ in range(15):
         memory.append(rate(far, read_far))
         backend.make_cold(inside)
         cold.append(rate(inside, read_inside))

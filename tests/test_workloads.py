@@ -65,6 +65,15 @@ def test_the_docs_example_is_checked_and_timed_warm_and_cold(tmp_path):
     (run,) = (tmp_path / "runs").iterdir()
     import pyarrow.parquet as pq
 
+    for point in pq.read_table(run / "workload_points.parquet").to_pylist():
+        n = json.loads(point["params"])["n"]
+        cold = point["cache_state"] == "cold"
+        # cold: the declared arrays x and y evicted by themselves, not a buffer flushed
+        assert point["flush_bytes"] == (2 * 4 * n if cold else 0)
+        assert (
+            "of every cache line of the call's operands" in (point["flush_method"] or "")
+        ) == cold
+
     checks = pq.read_table(run / "correctness.parquet").to_pylist()
     # each of the 2 cases checked before its timing and again after its last round
     assert len(checks) == 4 and all(c["passed"] and c["error"] < 1e-6 for c in checks)
@@ -152,6 +161,8 @@ def test_checked_refuses_what_is_not_a_measurable_workload():
         (Workload(run, 8, 8, executed_flops=0), "executed_flops must be a positive integer"),
         (Workload(run, 8, 8, check=lambda: 0.0), "a check needs a tolerance > 0"),
         (Workload("run", 8, 8), "Workload.run is not callable"),
+        (Workload(run, 8, 8, arrays=[[1.0]]), r"Workload.arrays\[0\] is a list, not a numpy"),
+        (Workload(run, 8, 8, arrays=b"x"), "Workload.arrays is a bytes, not a tuple of arrays"),
     ):
         with pytest.raises(WorkloadError, match=says):
             checked(bad, "w")

@@ -154,7 +154,13 @@ class CpuBackend(Backend):
             from rooflab.backends.cpu_evict import evictor_for_this_machine  # llvmlite: lazily
 
             self._evictor = evictor_for_this_machine() or False
-        if not operands or not self._evictor:
+        # numpy's arrays only: their memory is what they say it is (a workload's own objects
+        # are untrusted; anything else gets the buffer flush)
+        if (
+            not operands
+            or not self._evictor
+            or not all(isinstance(a, np.ndarray) for a in operands)
+        ):
             return super().make_cold()
         flushed = self._evictor.evict(operands)
         return flushed, self._evictor.describe(flushed)

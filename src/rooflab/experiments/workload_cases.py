@@ -174,8 +174,9 @@ def _time_case(
         progress.start(f"{case.config_id} {cache_state}{rounds}", planned)
         with step_limit(timing.max_call_s, f"{what} {cache_state}"):
             point.time_round(
-                backend, workload.run, timing, tables, run_id=run_id, progress=progress
-            )
+                backend, workload.run, timing, tables, run_id=run_id, progress=progress,
+                operands=workload.arrays,
+            )  # fmt: skip
         # checked again after every timing round: a kernel that goes wrong after some calls
         # is caught near where it did, and its later rounds are not timed
         last = round_index == timing.rounds - 1 and index == len(cache_states) - 1

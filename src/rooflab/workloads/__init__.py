@@ -13,7 +13,8 @@ its allocation, and returns a `Workload`: `run()` is one call of the work with i
 `flops` the useful FLOPs (the ledger's F), `bytes` the modelled bytes across the boundary named by
 the memory level it is judged against (Q, cold cache); `executed_flops` what the implementation
 really executes where that differs; `check()` the largest relative error of run()'s output against
-a reference computed another way, compared with `tolerance`. rooflab times `run` with the
+a reference computed another way, compared with `tolerance`; `arrays` the arrays run() touches,
+which a cold sample evicts (else the caches are flushed by a buffer). rooflab times `run` with the
 backend's timer and the usual discipline; nothing here imports numpy, numba or CuPy.
 """
 
@@ -42,6 +43,9 @@ class Workload:
     check: Callable[[], float] | None = None
     tolerance: float | None = None
     executed_flops: int | None = None
+    # The arrays run() reads and writes: a cold sample evicts them from every cache level where
+    # the backend can (the CPU's); without them, or elsewhere, the caches are flushed by a buffer.
+    arrays: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,18 @@ def checked(workload: object, name: str) -> Workload:
     _positive_int(workload.bytes, "bytes", name)
     if workload.executed_flops is not None:
         _positive_int(workload.executed_flops, "executed_flops", name)
+    if not isinstance(workload.arrays, tuple | list):
+        raise WorkloadError(
+            f"{name}: Workload.arrays is a {type(workload.arrays).__name__}, not a tuple of arrays"
+        )
+    for index, array in enumerate(workload.arrays):
+        if type(array).__module__.partition(".")[0] not in ("numpy", "cupy") or not hasattr(
+            array, "nbytes"
+        ):
+            raise WorkloadError(
+                f"{name}: Workload.arrays[{index}] is a {type(array).__name__}, "
+                "not a numpy or CuPy array"
+            )
     if workload.check is not None:
         if not callable(workload.check):
             raise WorkloadError(f"{name}: Workload.check is not callable")

@@ -248,6 +248,7 @@ def relu_axpb_unfused(params: dict, ctx: Context) -> Workload:
         # that fits a cache (n = 2^20 fp32: 4 MiB) may stay there between passes, so measured
         # traffic can be lower than this cold-cache model.
         bytes=6 * n * s,
+        arrays=(x, t, y),
         check=_relu_check(ctx, x_host, a, b, y),
         tolerance=_tolerance(dtype, 2),
     )
@@ -319,6 +320,7 @@ def relu_axpb_fused(params: dict, ctx: Context) -> Workload:
         run=run,
         flops=2 * n,  # a multiply and an add per element (the same work as the unfused)
         bytes=2 * n * dtype.itemsize,  # read x once, write y once
+        arrays=(x, y),
         check=_relu_check(ctx, x_host, a, b, y),
         tolerance=_tolerance(dtype, 2),
     )
@@ -382,6 +384,7 @@ def blockdiag_dense(params: dict, ctx: Context) -> Workload:
         flops=2 * (n * n // blocks) * k,  # useful: the blocks' multiply-adds only
         executed_flops=2 * n * n * k,  # the GEMM multiplies the zeros too
         bytes=(n * n + 2 * n * k) * s,  # the dense matrix (zeros included) + X + Y
+        arrays=(a, x, y),
         check=_blockdiag_check(ctx, diagonal, x_host, y),
         tolerance=_tolerance(dtype, size),  # adding the zeros is exact: `size` terms per sum
     )
@@ -410,6 +413,7 @@ def blockdiag_blocks(params: dict, ctx: Context) -> Workload:
         flops=useful,
         executed_flops=useful,  # nothing but the useful work: the pair's executed ledger
         bytes=(n * n // blocks + 2 * n * k) * dtype.itemsize,  # the blocks + X + Y
+        arrays=(diagonal, x, y),
         check=_blockdiag_check(ctx, diagonal_host, x_host, y),
         tolerance=_tolerance(dtype, size),
     )
@@ -492,6 +496,7 @@ def pointer_chase(params: dict, ctx: Context) -> Workload:
         # moves a whole line (64 B on the CPU, a 32 B sector or more on the GPU), 8x this; the
         # model counts the useful bytes, and the time is the latency of `steps` dependent loads.
         bytes=8 * steps,
+        arrays=(next_index, out_index, out_sum),
         check=check,
         tolerance=2.0**-54,
     )
