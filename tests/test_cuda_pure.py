@@ -344,17 +344,52 @@ def test_backend_cuda_without_a_gpu_is_one_clear_error():
     assert "; found: " in message and "\n" not in message
 
 
-def test_backend_cuda_without_cupy_says_so(monkeypatch):
+def _a_driver_but_no_cupy(monkeypatch):
+    from rooflab.backends import selection
+
+    monkeypatch.setattr(selection, "NVIDIA_DRIVER_NODES", ("/",))  # a driver node, say
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+
+
+def test_backend_cuda_without_cupy_says_so(monkeypatch):
+    _a_driver_but_no_cupy(monkeypatch)
     with pytest.raises(BackendError, match=r"looked for CuPy \(pip install cupy-cuda13x"):
         select_backend("cuda")
 
 
 def test_auto_falls_back_to_cpu_and_says_why(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "cupy", None)
+    _a_driver_but_no_cupy(monkeypatch)
     backend = select_backend("auto")
     assert backend.name == "cpu" and backend.backend_requested == "auto"
     assert backend.backend_note.startswith("auto: no CUDA device (looked for CuPy")
     assert backend.backend_note.endswith("fell back to cpu")
     assert "fell back to cpu" in capsys.readouterr().err
     assert select_backend("cpu").backend_note is None
+
+
+def test_without_the_nvidia_drivers_nodes_cupy_is_not_imported_to_find_no_gpu():
+    """No /dev/nvidiactl, /proc/driver/nvidia, /dev/dxg: no CUDA device, said without importing
+    CuPy (0.7 s a job); with one of them (here "/" stands in) CuPy is asked as before."""
+    code = """
+import sys
+from rooflab.backends import selection
+selection.NVIDIA_DRIVER_NODES = ("/nonexistent/nvidiactl",)
+print(selection.cuda_problem())
+print("cupy" in sys.modules)
+selection.NVIDIA_DRIVER_NODES = ("/",)
+problem = selection.cuda_problem()
+print(problem is None or "NVIDIA driver" not in problem)
+"""
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the driver's nodes are looked for on Linux only")
+    lines = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert lines == [
+        "looked for the NVIDIA driver (/nonexistent/nvidiactl); found: none of them",
+        "False",
+        "True",
+    ]
