@@ -83,6 +83,27 @@ def test_the_memory_plateau_is_established_only_past_the_last_fall_by_agreeing_p
     assert memory_plateau(falling, find_edges(falling, VM_CACHES)) is None
 
 
+def test_points_from_2x_the_edge_establish_the_memory_plateau_its_ceiling_from_4x():
+    """A campaign's read sweep on this VM (2026-12-02; L3 edge 108.5 MB; its 512 and 520 MB
+    points disturbed, left out): 246, 257 MB and 1.02 GB agree, so 1.02 GB establishes the
+    plateau (from 4x the edge alone it took 1.46 and 2.04 GB more); its ceiling comes from 1.02 GB,
+    the only agreeing point past 4x the edge. Without a point that far, nothing is established."""
+    MB = 1_000_000
+    read = {
+        8.6 * MB: 57.7, 16.3 * MB: 57.4, 32.4 * MB: 56.9, 64.6 * MB: 55.7, 91.3 * MB: 54.5,
+        108.5 * MB: 51.8, 128.9 * MB: 48.5, 151.6 * MB: 45.8, 246.6 * MB: 30.5,
+        257.0 * MB: 32.3, 1021.6 * MB: 30.2,
+    }  # fmt: skip
+    read = {int(size): rate for size, rate in read.items()}
+    edges = find_edges(read, VM_CACHES)
+    assert edges[-1].measured_bytes == int(108.5 * MB)
+    assert memory_plateau(read, edges) == (int(1021.6 * MB), int(1021.6 * MB))
+    # 2x-4x the edge only: agreeing over an octave, but not far enough past it
+    near = {size: rate for size, rate in read.items() if size < 200 * MB}
+    near.update({220 * MB: 31.0, 300 * MB: 30.9, 430 * MB: 30.4})
+    assert memory_plateau(near, find_edges(near, VM_CACHES)) is None
+
+
 # A small-L3 machine (the project's other 2-vCPU VM: a 32 MiB L3 that is the VM's own).
 SMALL_CACHES = {"L1": 64 * KiB, "L2": 2 * MiB + 512 * KiB, "L3": 32 * MiB}
 SMALL_TRIAD = {

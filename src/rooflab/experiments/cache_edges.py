@@ -33,10 +33,13 @@ PLATEAU_ABOVE, PLATEAU_BELOW = 2.0, 0.5
 # A level's edge lies past the reported capacity of the level before it and at most
 # EDGE_BEYOND_REPORTED x its own: a level holds little more than it reports.
 EDGE_BEYOND_REPORTED = 1.5
-# The memory's plateau starts at MEMORY_ABOVE x the last cache's edge (just past the edge a triad
-# still reads above the memory's rate, the cache holding part of it) and is established by
-# MEMORY_POINTS points spanning at least an octave that agree within FALL of their median.
-MEMORY_ABOVE, MEMORY_POINTS = 4.0, 3
+# The memory's plateau is established by MEMORY_POINTS points from AGREES_ABOVE x the last
+# cache's edge, spanning at least an octave, that agree within FALL of their median; its
+# ceiling comes from those at MEMORY_ABOVE x the edge or more (just past the edge a triad still
+# reads above the memory's rate, the cache holding part of it), at least one. (Established from
+# 4x alone, a point left out there by a disturbed spell sent the sweep on by an octave, seconds
+# at gigabytes; the points at 2-4x agree within FALL on every sweep seen on this VM.)
+AGREES_ABOVE, MEMORY_ABOVE, MEMORY_POINTS = 2.0, 4.0, 3
 
 
 class LevelEdge(NamedTuple):
@@ -89,31 +92,35 @@ def find_edges(rates: dict[int, float], reported: dict[str, int]) -> list[LevelE
     return [edges[level] for level, _ in ordered]
 
 
-def _past_the_caches(rates: dict[int, float], edges: list[LevelEdge], memory_from: int):
-    """The working sets at or past MEMORY_ABOVE x the last cache's measured edge and
-    `memory_from`, ascending; None where that edge is not seen."""
+def _past_the_caches(
+    rates: dict[int, float], edges: list[LevelEdge], memory_from: int, above: float = AGREES_ABOVE
+):
+    """The working sets at or past `above` x the last cache's measured edge and `memory_from`,
+    ascending; None where that edge is not seen."""
     if not edges or edges[-1].measured_bytes is None:
         return None
-    start = max(MEMORY_ABOVE * edges[-1].measured_bytes, memory_from)
+    start = max(above * edges[-1].measured_bytes, memory_from)
     return [s for s in sorted(rates) if s >= start]
 
 
 def memory_plateau(
     rates: dict[int, float], edges: list[LevelEdge], memory_from: int = 0
 ) -> tuple[int, int] | None:
-    """The memory's plateau (its first and last working set) once it is established: the last
-    MEMORY_POINTS or more points at or past MEMORY_ABOVE x the last cache's measured edge (and
-    `memory_from`: Backend.memory_sweep_from), spanning at least an octave, each within FALL of
-    their median. None while it is not (the last cache's fall not yet seen, too few points past
-    it, or the rate still falling)."""
+    """The memory's plateau (the first and last working set its ceiling comes from) once it is
+    established: the last MEMORY_POINTS or more points at or past AGREES_ABOVE x the last
+    cache's measured edge (and `memory_from`: Backend.memory_sweep_from), spanning at least an
+    octave, each within FALL of their median, of which those at or past MEMORY_ABOVE x the edge
+    (one at least) are its plateau. None while it is not (the last cache's fall not yet seen,
+    too few points past it, the rate still falling, or no agreeing point far enough past it)."""
     past = _past_the_caches(rates, edges, memory_from) or []
     for start in range(len(past) - MEMORY_POINTS, -1, -1):  # the shortest run that suffices
         run = past[start:]
         if _spans_an_octave(run[0], run[-1]):
             median = statistics.median(rates[s] for s in run)
-            if all(abs(rates[s] / median - 1) <= FALL for s in run):
-                return run[0], run[-1]
-            return None
+            if not all(abs(rates[s] / median - 1) <= FALL for s in run):
+                return None
+            far = _past_the_caches({s: rates[s] for s in run}, edges, memory_from, MEMORY_ABOVE)
+            return (far[0], run[-1]) if far else None
     return None
 
 
@@ -129,16 +136,17 @@ def confirming_size(
     rates: dict[int, float], edges: list[LevelEdge], memory_from: int = 0
 ) -> int | None:
     """A working set that may establish the memory plateau sooner than the next octave would:
-    the geometric midpoint of the only two points past the caches (as memory_plateau counts
+    the geometric midpoint of the last two points past the caches (as memory_plateau counts
     them), where they span an octave and agree (rounded to 1 KiB; None where there is no such
     point to add)."""
     past = _past_the_caches(rates, edges, memory_from) or []
-    if len(past) != MEMORY_POINTS - 1 or not _spans_an_octave(*past):
+    if len(past) < MEMORY_POINTS - 1 or not _spans_an_octave(*past[-2:]):
         return None
-    if abs(rates[past[1]] / rates[past[0]] - 1) > FALL:
+    low, high = past[-2:]
+    if abs(rates[high] / rates[low] - 1) > FALL:
         return None
-    middle = round((past[0] * past[1]) ** 0.5 / 1024) * 1024
-    return middle if past[0] < middle < past[1] else None
+    middle = round((low * high) ** 0.5 / 1024) * 1024
+    return middle if low < middle < high else None
 
 
 def level_windows(

@@ -22,6 +22,7 @@ from rooflab.backends.base import Backend, CeilingLoad
 from rooflab.backends.cublaslt_args import LT_ONLY_DTYPES
 from rooflab.conditions.disturbance import Verdict, add_gpu_processes, wait_until_idle
 from rooflab.experiments.cache_edges import (
+    AGREES_ABOVE,
     FALL,
     MEMORY_ABOVE,
     PLATEAU_BELOW,
@@ -406,7 +407,10 @@ def _plateau_words(edge: LevelEdge | None, established: bool) -> str:
     ceiling's `method`."""
     if edge is None:
         past = f"past {MEMORY_ABOVE:g}x the last cache's edge"
-        return f"its plateau {past}" if established else f"{past}; no plateau established"
+        agreeing = f"established by points from {AGREES_ABOVE:g}x it spanning an octave"
+        return (
+            f"its plateau {past}, {agreeing}" if established else f"{past}; no plateau established"
+        )
     if edge.measured_bytes is None:
         return (
             f"no fall from its plateau seen: it ends at {PLATEAU_BELOW:g}x the "
