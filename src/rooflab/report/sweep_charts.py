@@ -23,7 +23,8 @@ def cache_marks(capacities: pd.DataFrame) -> list[dict]:
     marks = []
     for r in capacities.itertuples():
         measured = getattr(r, "measured_bytes", None)
-        seen = measured is not None and measured == measured  # not null (NaN in a frame)
+        # not null (NaN in a float column); a plain bool, as numpy's would not repeat a str
+        seen = measured is not None and bool(measured == measured)
         marks.append(
             {"x": r.bytes, "label": f"{r.level} {bytes_label(r.bytes)}{' reported' * seen}"}
         )
