@@ -189,18 +189,19 @@ def test_the_roofline_names_its_machine_date_and_runs():
 
 
 def test_cache_rules_name_reported_and_measured_capacities_whatever_the_columns_dtype():
-    """Every level measured: the column is int64, not float with NaN (a campaign's report once
-    failed on it, numpy's bool repeating no str)."""
+    """A level's measured edge null as NaN or pd.NA, or none null (int64): a campaign's report
+    once failed on each of the last two."""
     every = pd.DataFrame({"level": ["L2", "L3"], "bytes": [4 << 20, 480 << 20]})
     every["measured_bytes"] = pd.Series([2 << 20, 108 << 20], dtype="int64")
     assert [m["label"] for m in cache_marks(every)] == [
         "L2 4 MiB reported", "L2 2 MiB measured", "L3 480 MiB reported", "L3 108 MiB measured",
     ]  # fmt: skip
-    some = every.astype({"measured_bytes": "float64"})
-    some.loc[0, "measured_bytes"] = float("nan")
-    assert [m["label"] for m in cache_marks(some)] == [
-        "L2 4 MiB", "L3 480 MiB reported", "L3 108 MiB measured",
-    ]  # fmt: skip
+    for dtype, null in (("float64", float("nan")), ("Int64", pd.NA)):
+        some = every.astype({"measured_bytes": dtype})
+        some.loc[0, "measured_bytes"] = null
+        assert [m["label"] for m in cache_marks(some)] == [
+            "L2 4 MiB", "L3 480 MiB reported", "L3 108 MiB measured",
+        ]  # fmt: skip
 
 
 def test_binary_ticks_are_powers_of_two_few_enough_to_read():

@@ -20,11 +20,13 @@ REUSE_PANEL_SIZE = (280, 220)  # one panel of the per-sweep time and efficiency 
 def cache_marks(capacities: pd.DataFrame) -> list[dict]:
     """The dashed cache rules of the ceiling sweep: per level of latest_cache_capacities, one at
     its reported capacity and, where its sweeps measured an edge, one there."""
+    import pandas as pd
+
     marks = []
     for r in capacities.itertuples():
         measured = getattr(r, "measured_bytes", None)
-        # not null (NaN in a float column); a plain bool, as numpy's would not repeat a str
-        seen = measured is not None and bool(measured == measured)
+        # null as None, NaN (a float column) or pd.NA (a nullable integer one)
+        seen = measured is not None and not pd.isna(measured)
         marks.append(
             {"x": r.bytes, "label": f"{r.level} {bytes_label(r.bytes)}{' reported' * seen}"}
         )
