@@ -407,10 +407,9 @@ def _plateau_words(edge: LevelEdge | None, established: bool) -> str:
     ceiling's `method`."""
     if edge is None:
         past = f"past {MEMORY_ABOVE:g}x the last cache's edge"
-        agreeing = f"established by points from {AGREES_ABOVE:g}x it spanning an octave"
-        return (
-            f"its plateau {past}, {agreeing}" if established else f"{past}; no plateau established"
-        )
+        if not established:
+            return f"{past}; no plateau established"
+        return f"its plateau {past}, established by points from {AGREES_ABOVE:g}x it over an octave"
     if edge.measured_bytes is None:
         return (
             f"no fall from its plateau seen: it ends at {PLATEAU_BELOW:g}x the "

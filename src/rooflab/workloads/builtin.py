@@ -229,8 +229,7 @@ def relu_axpb_unfused(params: dict, ctx: Context) -> Workload:
     _backend(ctx, name)
     dtype, n, x_host, a, b = _relu_inputs(params, ctx, name)
     xp = ctx.xp
-    x, t, y = xp.asarray(x_host), xp.empty(n, dtype=dtype), xp.empty(n, dtype=dtype)
-    zero = dtype.type(0)
+    x, t, y, zero = xp.asarray(x_host), xp.empty(n, dtype), xp.empty(n, dtype), dtype.type(0)
 
     def run():
         xp.multiply(x, a, out=t)
@@ -492,9 +491,8 @@ def pointer_chase(params: dict, ctx: Context) -> Workload:
     return Workload(
         run=lambda: launch(steps),
         flops=steps,  # the checksum's one fp64 add per hop
-        # The useful bytes: one 8-byte index loaded per hop. Past the caches every hop really
-        # moves a whole line (64 B on the CPU, a 32 B sector or more on the GPU), 8x this; the
-        # model counts the useful bytes, and the time is the latency of `steps` dependent loads.
+        # The useful bytes: one 8-byte index per hop (past the caches a hop moves a whole line,
+        # 64 B on the CPU, a 32 B sector or more on the GPU); the time is the loads' latency.
         bytes=8 * steps,
         arrays=(next_index, out_index, out_sum),
         check=check,
