@@ -103,28 +103,33 @@ def test_campaign_fills_the_store(campaign):
         assert (campaign / "logs" / "counters" / counted / "local.log").stat().st_size > 0
 
 
-def test_cold_samples_flush_as_sized_from_the_campaigns_ceilings(campaign):
-    """The ceilings job runs first, and each timing job sizes its cold flush from the last cache
-    level's edge that run measured (backends.base.flush_size), or says it used the reported rule."""
+def test_cold_samples_evict_their_operands_and_the_flush_is_sized_from_the_ceilings(campaign):
+    """Cold GEMM points evict their operands X, W and Y (CpuBackend.make_cold), as do workloads
+    that declare their arrays; the buffer flush the rest use is sized by each timing job from
+    the last cache level's edge the campaign's ceilings run measured (backends.base.flush_size),
+    or the job says it used the reported rule."""
     (ceilings_run,), *_ = sql(campaign, "SELECT run_id FROM runs WHERE kind = 'ceilings'")
-    ((edge, reported),) = sql(
-        campaign,
-        "SELECT measured_bytes, (SELECT sum(bytes) FROM cache_capacities) FROM cache_capacities "
-        "ORDER BY bytes DESC LIMIT 1",
+    ((edge,),) = sql(
+        campaign, "SELECT measured_bytes FROM cache_capacities ORDER BY bytes DESC LIMIT 1"
     )
     cold = sql(
         campaign,
-        "SELECT flush_method, flush_bytes FROM gemm_points WHERE cache_state = 'cold' "
-        "UNION ALL SELECT flush_method, flush_bytes FROM workload_points "
-        "WHERE cache_state = 'cold'",
+        "SELECT flush_method, flush_bytes, "
+        "(m * k + k * n + m * n) * CASE dtype WHEN 'fp64' THEN 8 ELSE 4 END "
+        "FROM gemm_points WHERE cache_state = 'cold'",
     )
     assert cold
-    for method, flush_bytes in cold:
-        if edge is None:
-            assert "2x the summed reported" in method and flush_bytes == 2 * reported
-        else:
-            assert f"{edge} B" in method and f"ceilings run {ceilings_run}" in method
-            assert 2 * edge <= flush_bytes <= max(2 * reported, 2 * edge)
+    for method, flush_bytes, operands in cold:
+        assert flush_bytes == operands
+        assert method.endswith(f"of every cache line of the call's operands ({operands} B), "
+                               "then a fence, before each sample: out of every cache level "
+                               "whatever its size")  # fmt: skip
+    workloads = sql(campaign, "SELECT flush_method FROM workload_points WHERE cache_state = 'cold'")
+    assert workloads and all("of the call's operands" in method for (method,) in workloads)
+    sized = f"ceilings run {ceilings_run}" if edge is not None else "2x the summed reported"
+    for log in (campaign / "logs" / "time_gemm").rglob("*.log"):
+        (line,) = [line for line in log.read_text().splitlines() if "cold flush:" in line]
+        assert sized in line and (edge is None or f"{edge} B" in line)
 
 
 def test_every_timed_point_is_placed_or_stored_as_unplaced(campaign):
