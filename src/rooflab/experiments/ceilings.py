@@ -50,11 +50,8 @@ from rooflab.experiments.ceiling_windows import Windows, time_workload, window_r
 from rooflab.experiments.compute_paths import beaten_roofs, fma_paths, stream_sweeps
 from rooflab.experiments.host_link_ceilings import measure_host_link
 from rooflab.experiments.library_ceilings import ceiling_flags, library_ceilings
-from rooflab.experiments.machine_lock import measuring_job
-from rooflab.experiments.runs import conditions_row, during_rows, quiet_check, run_row
+from rooflab.experiments.runs import MeasuringRun, conditions_row, during_rows, measuring_run
 from rooflab.experiments.stopping import Stop, StoppingRule
-from rooflab.progress import Progress
-from rooflab.records import new_run_id, utc_now
 from rooflab.units import format_quantity
 from rooflab.vocabulary import CacheState
 
@@ -80,8 +77,12 @@ def run_ceilings(
         backend.check_dtype(dtype)  # says why (CUDA: the device, or nvmath-python missing)
     check_supported(backend, settings)
     check_memory(backend, settings)
-    with measuring_job("ceilings", "ceilings") as progress:
-        return _run_ceilings(backend, settings, progress, run_id)
+    with measuring_run(
+        backend, "ceilings", None, what="ceilings", label="ceilings",
+        tables=("ceilings", "ceiling_sweep", "samples"), disturbance=settings.disturbance,
+        run_id=run_id, around=False,  # conditions are read around each sweep and FMA round
+    ) as run:  # fmt: skip
+        return run.close(_run_ceilings(run, settings))
 
 
 def rounds_disagree(rates: list[float], rel_width: float) -> bool:
@@ -93,24 +94,14 @@ def rounds_disagree(rates: list[float], rel_width: float) -> bool:
     return best / second - 1 > rel_width
 
 
-def _run_ceilings(
-    backend: Backend, settings: CeilingSettings, progress: Progress, run_id: str | None = None
-) -> dict[str, list[dict]]:
-    run_id = run_id or new_run_id()
-    progress.update("checking that the machine is quiet")
-    quiet = quiet_check(backend, settings.disturbance, "ceilings")
-    started = utc_now()
+def _run_ceilings(run: MeasuringRun, settings: CeilingSettings) -> dict:
+    """Every sweep, FMA round and library GEMM into the run's tables; the settings record."""
+    backend, progress, run_id, tables = run.backend, run.progress, run.run_id, run.tables
     threads = settings.threads or backend.default_threads()
     caches = backend.cache_bytes_by_level()
     high = largest_working_set(backend, settings)
     reported_windows = plateaus(caches, high, backend.memory_level)
     sizes = sweep_start(settings.min_working_set_bytes, high, settings, reported_windows)
-    tables: dict[str, list[dict]] = {
-        "conditions": [],
-        "ceilings": [],
-        "ceiling_sweep": [],
-        "samples": [],
-    }
     local = backend.local_cache
     local_levels = {local.level: local.bytes_per_unit} if local is not None else {}
     local_sizes = (
@@ -387,19 +378,7 @@ def _run_ceilings(
     for fault in beaten_roofs(tables["ceilings"], backend.name):
         progress.note(fault)
 
-    tables["runs"] = [
-        run_row(
-            backend,
-            run_id=run_id,
-            kind="ceilings",
-            sweep=None,
-            started_at=started,
-            ended_at=utc_now(),
-            settings=_settings_record(settings, threads, high),
-            quiet=quiet,
-        )
-    ]
-    return tables
+    return _settings_record(settings, threads, high)
 
 
 def _plateau_words(edge: LevelEdge | None, established: bool) -> str:

@@ -64,10 +64,9 @@ from rooflab.experiments.counter_targets import (
     select_cases,
     select_configs,
 )
-from rooflab.experiments.machine_lock import measuring_job
-from rooflab.experiments.runs import conditions_row, run_row
+from rooflab.experiments.runs import measuring_run
 from rooflab.progress import Progress
-from rooflab.records import new_run_id, read_run, timed_rows, utc_now
+from rooflab.records import read_run, timed_rows
 
 log = logging.getLogger("rooflab")
 
@@ -188,18 +187,18 @@ def run_workload_counters(
 
 def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, run_id) -> dict:
     """The step for a sweep or a workload (`kind`), its targets chosen by `targets(timings)`."""
-    with measuring_job(f"counters of {kind} {name}", f"counters {name}") as progress:
-        tool = tool or ("ncu" if backend.name == "cuda" else "perf")
-        if tool not in TOOLS:
-            raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
-        run_id = run_id or new_run_id()
-        started = utc_now()
+    tool = tool or ("ncu" if backend.name == "cuda" else "perf")
+    if tool not in TOOLS:
+        raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
+    with measuring_run(
+        backend, "counters", name, what=f"counters of {kind} {name}", label=f"counters {name}",
+        tables=("counters", "counter_calibration"), disturbance=None, run_id=run_id,
+    ) as run:  # fmt: skip
+        progress, run_id, tables = run.progress, run.run_id, run.tables
         timing = read_run(timing_run_dir)
         (timing_run,) = timing["runs"].to_pylist()
         timings = [{**p, "machine_id": timing_run["machine_id"]} for p in timed_rows(timing)]
         chosen, skipped = targets(timings)
-        before = conditions_row(backend, run_id, "before")
-        tables = {"conditions": [before], "counters": [], "counter_calibration": []}
         common = {"tool": tool}
         for config_id, why in skipped:
             tables["counters"].append(status_row(run_id, config_id, "skipped", why, **common))
@@ -209,7 +208,6 @@ def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, r
         progress.plan([1.0] * runs * len(chosen), seconds_per_unit=None)
         if chosen:
             step(context).run(chosen)
-        tables["conditions"].append(conditions_row(backend, run_id, "after"))
         status, reason = counters_status(tables["counters"])
         log.info("counters of %s with %s: %s (%s)", name, tool, status, reason or "")
         run_settings = {  # what was asked for and of which timing run (the outcome is in the rows)
@@ -219,18 +217,7 @@ def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, r
             "selected": [t.config_id for t in chosen],
             kind: dict(spec),
         }
-        tables["runs"] = [
-            run_row(
-                backend,
-                run_id=run_id,
-                kind="counters",
-                sweep=name,
-                started_at=started,
-                ended_at=utc_now(),
-                settings=run_settings,
-            )
-        ]
-        return tables
+        return run.close(run_settings)
 
 
 @dataclass

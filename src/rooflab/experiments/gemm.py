@@ -10,12 +10,9 @@ from rooflab.experiments.gemm_configs import (
     config_ledger,
     sweep_configs,
 )
-from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.rounds import TimedPoint
-from rooflab.experiments.runs import close_run, conditions_row, quiet_check
+from rooflab.experiments.runs import MeasuringRun, measuring_run
 from rooflab.experiments.timing import TimingSettings
-from rooflab.progress import Progress
-from rooflab.records import new_run_id, utc_now
 
 
 def run_gemm_sweep(
@@ -34,14 +31,19 @@ def run_gemm_sweep(
     - otherwise: check every configuration, then time those that passed (kind "gemm").
 
     Holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
-    label = f"{'correctness' if timing is None else 'gemm'} {name}"
+    kind = "correctness" if timing is None else "gemm"
     configs = sweep_configs(name, sweep)
+    if passed_config_ids is not None:
+        configs = [c for c in configs if c.config_id in passed_config_ids]
     # Refused before waiting for the machine, not after another measurement's minutes.
-    check_fits(backend, [c for c in configs if c.config_id in (passed_config_ids or {c.config_id})])
-    with measuring_job(f"gemm sweep {name}", label) as progress:
-        return _run_gemm_sweep(
-            backend, name, sweep, timing, progress, passed_config_ids, run_id=run_id
-        )
+    check_fits(backend, configs)
+    timed = ("samples", "gemm_points") if timing is not None else ()
+    with measuring_run(
+        backend, kind, name, what=f"gemm sweep {name}", label=f"{kind} {name}",
+        tables=("correctness", *timed), disturbance=timing and timing.disturbance, run_id=run_id,
+    ) as run:  # fmt: skip
+        _sweep(run, configs, sweep, timing, checked=passed_config_ids is None)
+        return run.close({"sweep": sweep, "timing": timing.record() if timing else None})
 
 
 def planned_timing_s(timing: TimingSettings) -> float:
@@ -51,33 +53,14 @@ def planned_timing_s(timing: TimingSettings) -> float:
     return timing.warmup_s + timing.cooldown_s + timing.min_time_s
 
 
-def _run_gemm_sweep(
-    backend: Backend,
-    name: str,
-    sweep: dict,
-    timing: TimingSettings | None,
-    progress: Progress,
-    passed_config_ids: set[str] | None = None,
-    *,
-    run_id: str | None = None,
-) -> dict[str, list[dict]]:
-    configs = sweep_configs(name, sweep)
-    if passed_config_ids is not None:
-        configs = [c for c in configs if c.config_id in passed_config_ids]
-    check_fits(backend, configs)  # refuse before measuring anything
-    run_id = run_id or new_run_id()
-    quiet = None
+def _sweep(run: MeasuringRun, configs, sweep: dict, timing: TimingSettings | None, checked: bool):
+    """Check each configuration (where `checked`), then time those that passed, into the run's
+    tables."""
+    backend, progress, run_id, tables = run.backend, run.progress, run.run_id, run.tables
     if timing is not None:
-        progress.update("checking that the machine is quiet")
-        quiet = quiet_check(backend, timing.disturbance, f"gemm {name}")
         progress.plan([t for _ in configs for t in _planned(timing, sweep)])
     else:  # a check's cost is not planned: the ETA follows the checks done
         progress.plan([1.0] * len(configs), seconds_per_unit=None)
-    started = utc_now()
-    tables: dict[str, list[dict]] = {"conditions": [], "correctness": []}
-    if timing is not None:
-        tables.update(samples=[], gemm_points=[])
-    tables["conditions"].append(conditions_row(backend, run_id, "before"))
     points: dict[tuple[str, str], TimedPoint] = {}  # every timed point, in sweep order
     # The GEMM library's pool at an explicit size for the whole sweep (recorded per point). Round
     # 1 checks each configuration, then times the ones that passed; later rounds time those
@@ -94,7 +77,7 @@ def _run_gemm_sweep(
                 )
                 if (
                     round_index == 0
-                    and passed_config_ids is None
+                    and checked
                     and not _check_config(backend, config, operands, run_id, sweep["seed"], tables)
                 ):
                     if timing is not None:  # its timings leave the plan
@@ -110,12 +93,6 @@ def _run_gemm_sweep(
             tables["gemm_points"].append(
                 _point_row(backend, config, point, timing, run_id, threads)
             )
-    settings = {"sweep": sweep, "timing": timing.record() if timing else None}
-    kind = "correctness" if timing is None else "gemm"
-    return close_run(
-        backend, tables, run_id=run_id, kind=kind, name=name, started_at=started,
-        settings=settings, quiet=quiet,
-    )  # fmt: skip
 
 
 def _check_config(backend, config, operands, run_id, seed, tables) -> bool:

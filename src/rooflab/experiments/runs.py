@@ -1,13 +1,20 @@
-"""The `runs` row every measuring job writes: what ran, where, with which code and settings."""
+"""The skeleton every measuring run shares (the machine held, its progress, the quiet check, its
+id, tables and conditions, and its closing `runs` row: what ran, where, with which code and
+settings)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 from rooflab.backends.base import Backend
 from rooflab.conditions.disturbance import DisturbanceSettings, QuietCheck, wait_for_quiet
-from rooflab.records import SCHEMA_VERSION, git_state, stable_hash, utc_now
+from rooflab.experiments.machine_lock import measuring_job
+from rooflab.progress import Progress
+from rooflab.records import SCHEMA_VERSION, git_state, new_run_id, stable_hash, utc_now
 
 
 def run_row(
@@ -46,32 +53,68 @@ def run_row(
     }
 
 
-def close_run(
+@dataclass
+class MeasuringRun:
+    """One measuring run as every experiment records it: its id, its Progress, the rows of its
+    tables (`conditions` among them), when it started and the quiet check before it; `close`
+    adds the conditions after it and its `runs` row."""
+
+    backend: Backend
+    kind: str
+    name: str | None  # the runs row's `sweep`: the sweep, workload or scenario measured
+    progress: Progress
+    run_id: str
+    tables: dict[str, list[dict]]
+    started_at: datetime
+    quiet: QuietCheck | None
+    around: bool  # the conditions read before and after the whole run (else per measurement)
+
+    def close(self, settings: dict) -> dict[str, list[dict]]:
+        """The run's last rows (the conditions after it, its `runs` row); its tables."""
+        if self.around:
+            self.tables["conditions"].append(conditions_row(self.backend, self.run_id, "after"))
+        self.tables["runs"] = [
+            run_row(
+                self.backend,
+                run_id=self.run_id,
+                kind=self.kind,
+                sweep=self.name,
+                started_at=self.started_at,
+                ended_at=utc_now(),
+                settings=settings,
+                quiet=self.quiet,
+            )
+        ]
+        return self.tables
+
+
+@contextlib.contextmanager
+def measuring_run(
     backend: Backend,
-    tables: dict,
-    *,
-    run_id: str,
     kind: str,
-    name: str,
-    started_at,
-    settings: dict,
-    quiet: QuietCheck | None = None,
-) -> dict:
-    """A measuring run's last rows: the conditions after it, and its `runs` row; `tables`."""
-    tables["conditions"].append(conditions_row(backend, run_id, "after"))
-    tables["runs"] = [
-        run_row(
-            backend,
-            run_id=run_id,
-            kind=kind,
-            sweep=name,
-            started_at=started_at,
-            ended_at=utc_now(),
-            settings=settings,
-            quiet=quiet,
-        )
-    ]
-    return tables
+    name: str | None,
+    *,
+    what: str,
+    label: str,
+    tables: tuple[str, ...],
+    disturbance: DisturbanceSettings | None,
+    run_id: str | None = None,
+    around: bool = True,
+) -> Iterator[MeasuringRun]:
+    """A measuring run of `kind`: the machine held throughout (`what`, machine_lock), its
+    Progress (`label`), a wait for quiet where `disturbance` is given, a run id, empty `tables`
+    beside `conditions` (with a reading before the run where `around`); close it for its
+    rows."""
+    with measuring_job(what, label) as progress:
+        quiet = None
+        if disturbance is not None:
+            progress.update("checking that the machine is quiet")
+            quiet = quiet_check(backend, disturbance, label)
+        run_id = run_id or new_run_id()
+        rows: dict[str, list[dict]] = {"conditions": [], **{table: [] for table in tables}}
+        if around:
+            rows["conditions"].append(conditions_row(backend, run_id, "before"))
+        yield MeasuringRun(backend, kind, name, progress, run_id, rows, utc_now(), quiet, around)
 
 
 def quiet_check(backend: Backend, settings: DisturbanceSettings, label: str) -> QuietCheck:

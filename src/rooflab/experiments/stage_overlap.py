@@ -29,11 +29,9 @@ from dataclasses import dataclass
 
 from rooflab.backends.base import Backend
 from rooflab.config import stages_from_config
-from rooflab.experiments.machine_lock import measuring_job
-from rooflab.experiments.runs import close_run, conditions_row, quiet_check
+from rooflab.experiments.runs import MeasuringRun, measuring_run
 from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, sample_rows
 from rooflab.model import Stage, stage_bounds
-from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
 
 SCHEDULES = ("serial", "overlapped")
@@ -210,43 +208,35 @@ def run_stage_overlap(
     lock throughout."""
     if not spec.get("measurable"):
         raise StageOverlapError(f"stages.{name} is not marked measurable: true")
-    with measuring_job(f"stages {name}", f"stages {name}") as progress:
+    with measuring_run(
+        backend, "stages", name, what=f"stages {name}", label=f"stages {name}",
+        tables=("samples", "stage_timings", "stage_schedules"), disturbance=timing.disturbance,
+        run_id=run_id,
+    ) as run:  # fmt: skip
         stages = sized_stages(backend, spec, peak_flops_per_s, bandwidth_b_per_s)
         lanes = (
             _StreamLanes(backend, len(stages))
             if backend.name == "cuda"
             else _CoreLanes(len(stages))
         )
+        ceilings = (peak_flops_per_s, bandwidth_b_per_s, ceilings_run_id)
         try:
-            return _measure(
-                backend,
-                name,
-                spec,
-                timing,
-                stages,
-                lanes,
-                progress,
-                (peak_flops_per_s, bandwidth_b_per_s, ceilings_run_id),
-                run_id,
-            )
+            _measure(run, spec, timing, stages, lanes, ceilings)
         finally:
             lanes.close()
+        return run.close(
+            {"stages": dict(spec), "timing": timing.record(), "ceilings_run_id": ceilings_run_id}
+        )
 
 
-def _measure(backend, name, spec, timing, stages, lanes, progress, ceilings, run_id) -> dict:
+def _measure(run: MeasuringRun, spec, timing, stages, lanes, ceilings) -> None:
+    """Time each stage alone, then each schedule, into the run's tables."""
+    backend, name, progress, run_id, tables = (
+        run.backend, run.name, run.progress, run.run_id, run.tables
+    )  # fmt: skip
     peak, bandwidth, ceilings_run_id = ceilings
-    run_id = run_id or new_run_id()
-    progress.update("checking that the machine is quiet")
-    quiet = quiet_check(backend, timing.disturbance, f"stages {name}")
     planned = timing.warmup_s + timing.min_time_s
     progress.plan([planned] * (len(stages) + len(SCHEDULES)))
-    started = utc_now()
-    tables: dict[str, list[dict]] = {
-        "conditions": [conditions_row(backend, run_id, "before")],
-        "samples": [],
-        "stage_timings": [],
-        "stage_schedules": [],
-    }
     bounds = stage_bounds([s.stage for s in stages], peak, bandwidth)
     index = {s.stage.name: lane for lane, s in enumerate(stages)}
     order = [index[result.name] for result in _dependency_order(bounds)]
@@ -333,11 +323,6 @@ def _measure(backend, name, spec, timing, stages, lanes, progress, ceilings, run
                 **measured.verdict.columns(),
             }
         )
-    settings = {"stages": dict(spec), "timing": timing.record(), "ceilings_run_id": ceilings_run_id}
-    return close_run(
-        backend, tables, run_id=run_id, kind="stages", name=name, started_at=started,
-        settings=settings, quiet=quiet,
-    )  # fmt: skip
 
 
 def _dependency_order(bounds):

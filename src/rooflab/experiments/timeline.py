@@ -54,11 +54,9 @@ from rooflab.backends.base import Backend
 from rooflab.conditions.disturbance import add_gpu_processes
 from rooflab.experiments import timeline_kernels
 from rooflab.experiments.correctness import UNIT_ROUNDOFF
-from rooflab.experiments.machine_lock import measuring_job
-from rooflab.experiments.runs import close_run, conditions_row, during_rows, quiet_check
+from rooflab.experiments.runs import MeasuringRun, conditions_row, during_rows, measuring_run
 from rooflab.experiments.timeline_kernels import Buffers, EventTimeline, Op
 from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, sample_rows
-from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
 
 MODES = ("eager", "graph", "fused")
@@ -142,26 +140,26 @@ def run_timeline(
     spec = checked_spec(name, spec)
     if backend.name not in BACKENDS:
         raise TimelineError(f"timeline {name}: backend {backend.name!r} is not cpu or cuda")
-    with measuring_job(f"timeline {name}", f"timeline {name}") as progress:
-        return _run(backend, name, spec, timing, progress, run_id or new_run_id())
-
-
-def _run(backend, name, spec, timing, progress, run_id) -> dict:
     modes = [m for m in spec["modes"] if m != "graph" or backend.name == "cuda"]
     if len(modes) < len(spec["modes"]):
         skipped = "mode graph skipped: CUDA graphs need a GPU"
         print(f"rooflab: timeline {name}: {skipped}", file=sys.stderr)
-    progress.update("checking that the machine is quiet")
-    quiet = quiet_check(backend, timing.disturbance, f"timeline {name}")
+    with measuring_run(
+        backend, "timeline", name, what=f"timeline {name}", label=f"timeline {name}",
+        tables=("samples", "timeline_steps", "timeline_kernels"), disturbance=timing.disturbance,
+        run_id=run_id,
+    ) as run:  # fmt: skip
+        _modes(run, spec, modes, timing)
+        return run.close({"timeline": spec, "timing": timing.record()})
+
+
+def _modes(run: MeasuringRun, spec, modes, timing) -> None:
+    """Build, check and time the step in each mode, into the run's tables."""
+    backend, name, progress, run_id, tables = (
+        run.backend, run.name, run.progress, run.run_id, run.tables
+    )  # fmt: skip
     planned = timing.warmup_s + timing.cooldown_s + timing.min_time_s
     progress.plan([planned] * len(modes))
-    started = utc_now()
-    tables: dict[str, list[dict]] = {
-        "conditions": [conditions_row(backend, run_id, "before")],
-        "samples": [],
-        "timeline_steps": [],
-        "timeline_kernels": [],
-    }
     with backend.limited_library_threads(), _device_stream(backend) as stream:
         scenario = _Scenario(backend, name, spec, stream)
         steps = {mode: scenario.build(mode) for mode in modes}  # each checked: correct first
@@ -177,11 +175,6 @@ def _run(backend, name, spec, timing, progress, run_id) -> dict:
             tables["timeline_steps"].append(
                 step_row | {"busy_s": busy_s, "gap_s": gap_s, "busy_method": method}
             )
-    settings = {"timeline": spec, "timing": timing.record()}
-    return close_run(
-        backend, tables, run_id=run_id, kind="timeline", name=name, started_at=started,
-        settings=settings, quiet=quiet,
-    )  # fmt: skip
 
 
 @contextlib.contextmanager

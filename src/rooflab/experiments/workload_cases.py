@@ -15,12 +15,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from rooflab.backends.base import Backend
-from rooflab.experiments.machine_lock import measuring_job
 from rooflab.experiments.rounds import TimedPoint
-from rooflab.experiments.runs import close_run, conditions_row, quiet_check
+from rooflab.experiments.runs import MeasuringRun, measuring_run
 from rooflab.experiments.timing import TimingSettings
 from rooflab.experiments.watchdog import beat, step_limit
-from rooflab.records import new_run_id, utc_now
 from rooflab.vocabulary import CacheState
 from rooflab.workloads import (
     Case,
@@ -83,24 +81,23 @@ def run_workload(
     Holds the machine lock throughout: one measurement at a time."""
     factory = load_entry(spec["entry"], name)
     every_case = cases(name, spec.get("params") or {}, list(spec["dtypes"]))
-    with measuring_job(f"workload {name}", f"workload {name}") as progress:
-        return _run(backend, name, spec, factory, every_case, timing, progress, run_id)
+    with measuring_run(
+        backend, "workload", name, what=f"workload {name}", label=f"workload {name}",
+        tables=("correctness", "samples", "workload_points"), disturbance=timing.disturbance,
+        run_id=run_id,
+    ) as run:  # fmt: skip
+        _cases(run, spec, factory, every_case, timing)
+        return run.close({"workload": dict(spec), "timing": timing.record()})
 
 
-def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> dict:
-    run_id = run_id or new_run_id()
+def _cases(run: MeasuringRun, spec, factory, every_case, timing) -> None:
+    """Check and time every case, in rounds, into the run's tables."""
+    backend, name, progress, run_id, tables = (
+        run.backend, run.name, run.progress, run.run_id, run.tables
+    )  # fmt: skip
     cache_states = list(spec.get("cache_states") or [CacheState.WARM, CacheState.COLD])
-    progress.update("checking that the machine is quiet")
-    quiet = quiet_check(backend, timing.disturbance, f"workload {name}")
     planned = timing.warmup_s + timing.cooldown_s + timing.min_time_s
     progress.plan([planned] * len(every_case) * len(cache_states) * timing.rounds)
-    started = utc_now()
-    tables: dict[str, list[dict]] = {
-        "conditions": [conditions_row(backend, run_id, "before")],
-        "correctness": [],
-        "samples": [],
-        "workload_points": [],
-    }
     points: dict[tuple[str, str], TimedPoint] = {}
     # config_id -> (bytes, executed FLOPs), and the library's threads while it was timed
     ledgers: dict[str, tuple[tuple[int, int | None], int | None]] = {}
@@ -127,11 +124,6 @@ def _run(backend, name, spec, factory, every_case, timing, progress, run_id) -> 
                 row = _row(case, spec, point, ledger, backend, timing)
                 row |= {"run_id": run_id, "threads": threads}
                 tables["workload_points"].append(row)
-    settings = {"workload": dict(spec), "timing": timing.record()}
-    return close_run(
-        backend, tables, run_id=run_id, kind="workload", name=name, started_at=started,
-        settings=settings, quiet=quiet,
-    )  # fmt: skip
 
 
 def _time_case(
