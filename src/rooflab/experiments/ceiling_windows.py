@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rooflab.backends.base import Backend, CeilingLoad
-from rooflab.conditions.disturbance import DisturbanceSettings, Verdict, probe
+from rooflab.conditions.disturbance import DisturbanceSettings, Verdict
 from rooflab.experiments.ceiling_plan import CeilingSettings
-from rooflab.experiments.stopping import Stop, Stopper, StoppingRule
+from rooflab.experiments.stopping import Stop, StoppingRule
 from rooflab.experiments.timing import (
     Sample,
     clean,
     judge_samples,
+    sample_by_rule,
     sample_rows,
     summarize,
-    take_sample,
 )
 from rooflab.vocabulary import CacheState
 
@@ -103,19 +102,6 @@ def time_workload(
     if rate_hint:
         start = max(1, int(window_s * rate_hint / workload.amount_per_unit))
     units = units_for_window(seconds_for, window_s, start)
-    stopper = Stopper(rule, math.ceil(disturbance.retake_factor * rule.min_samples))
-    samples: list[Sample] = []
-    clean_seconds: list[float] = []
-    with probe().measuring_phase() as phase:
-        started = time.perf_counter()
-        while (
-            stop := stopper.check(
-                clean_seconds, len(samples) - len(clean_seconds), time.perf_counter() - started
-            )
-        ) is None:
-            samples.append(take_sample(backend, lambda: workload.run(units), disturbance))
-            if not samples[-1].disturbed:
-                clean_seconds.append(samples[-1].seconds)
-    stop = stopper.final(clean_seconds or [s.seconds for s in samples], stop.reason)
+    samples, stop, phase = sample_by_rule(backend, lambda: workload.run(units), rule, disturbance)
     verdict = judge_samples(samples, phase, backend, rule.min_samples, disturbance, what="windows")
     return Windows(units, units * workload.amount_per_unit, workload.unit, samples, verdict, stop)

@@ -253,40 +253,63 @@ def measure(
     if settings.cooldown_s > 0:
         time.sleep(settings.cooldown_s)
 
-    # Sampling stops by the rule (experiments.stopping); disturbed samples do not count towards
-    # it, and are re-taken up to retake_factor x min_samples of them.
-    disturbance = settings.disturbance
-    rule = settings.rule()
-    stopper = Stopper(rule, math.ceil(disturbance.retake_factor * settings.min_samples))
-    samples: list[Sample] = []
-    clean_seconds: list[float] = []
     cold_flush = None
-    with (
-        backend.nvtx_range(label or f"rooflab/{cache_state}"),
-        probe().measuring_phase() as phase,
-    ):
-        started = time.perf_counter()
-        while True:
-            elapsed = time.perf_counter() - started
-            n_disturbed = len(samples) - len(clean_seconds)
-            stop = stopper.check(clean_seconds, n_disturbed, elapsed)
-            if stop is not None:
-                break
-            if cache_state == CacheState.COLD:
-                cold_flush = backend.make_cold(operands)  # outside the timed region
-                backend.synchronize()
-            sample = take_sample(backend, call, disturbance, timer)
-            beat()
-            samples.append(sample)
-            if not sample.disturbed:
-                clean_seconds.append(sample.seconds)
-            if progress:
-                progress.update(f"{len(samples)} sample{'' if len(samples) == 1 else 's'}")
-    stop = stopper.final(clean_seconds or [s.seconds for s in samples], stop.reason)
+
+    def before_each() -> None:
+        nonlocal cold_flush
+        if cache_state == CacheState.COLD:
+            cold_flush = backend.make_cold(operands)  # outside the timed region
+            backend.synchronize()
+
+    def after_each(samples: list[Sample]) -> None:
+        beat()
+        if progress:
+            progress.update(f"{len(samples)} sample{'' if len(samples) == 1 else 's'}")
+
+    rule = settings.rule()
+    with backend.nvtx_range(label or f"rooflab/{cache_state}"):
+        samples, stop, phase = sample_by_rule(
+            backend, call, rule, settings.disturbance, timer, before_each, after_each
+        )
     if progress and (note := stop.note(rule)):
         progress.note(note)
-    verdict = judge_samples(samples, phase, backend, settings.min_samples, disturbance)
+    verdict = judge_samples(samples, phase, backend, settings.min_samples, settings.disturbance)
     return Measurement(samples, verdict, stop, phase, cold_flush)
+
+
+def sample_by_rule(
+    backend: Backend,
+    call: Callable[[], object],
+    rule: StoppingRule,
+    disturbance: DisturbanceSettings,
+    timer: Callable[[Callable[[], object]], float] | None = None,
+    before_each: Callable[[], None] | None = None,
+    after_each: Callable[[list[Sample]], None] | None = None,
+) -> tuple[list[Sample], Stop, list[PhaseDisturbance]]:
+    """The one sampling loop of every timed quantity (a point's samples, a ceiling's windows):
+    samples of `call` until `rule` stops (experiments.stopping), each with the clock and what
+    the rest of the machine took from it; disturbed ones do not count towards the rule and are
+    re-taken, up to retake_factor x the rule's floor of them. `before_each` runs outside the
+    timed region (a cold flush), `after_each` after each sample, with those taken so far.
+    Returns every sample, why sampling stopped, and the sampling phase's disturbance."""
+    stopper = Stopper(rule, math.ceil(disturbance.retake_factor * rule.min_samples))
+    samples: list[Sample] = []
+    clean_seconds: list[float] = []
+    with probe().measuring_phase() as phase:
+        started = time.perf_counter()
+        while (
+            stop := stopper.check(
+                clean_seconds, len(samples) - len(clean_seconds), time.perf_counter() - started
+            )
+        ) is None:
+            if before_each:
+                before_each()
+            samples.append(take_sample(backend, call, disturbance, timer))
+            if not samples[-1].disturbed:
+                clean_seconds.append(samples[-1].seconds)
+            if after_each:
+                after_each(samples)
+    return samples, stopper.final(clean_seconds or [s.seconds for s in samples], stop.reason), phase
 
 
 def judge_samples(
