@@ -1,6 +1,6 @@
-# Inputs and params built per job from the config. Params are JSON text with sorted keys: equal
-# settings give equal params, so Snakemake reruns a job only when its own settings change.
-import json
+# Inputs and params built per job from the config. Params are plain dicts with their keys sorted
+# at every depth: Snakemake compares a job's params by their repr, so equal settings give equal
+# params whatever order a config file lists them in, and a job reruns only when its own change.
 from pathlib import Path
 
 
@@ -20,7 +20,11 @@ DEVICES_FILE = str(Path(workflow.basedir) / "config" / "devices.yaml")
 
 
 def as_param(value):
-    return json.dumps(value, sort_keys=True)
+    if isinstance(value, dict):
+        return {key: as_param(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [as_param(item) for item in value]
+    return value
 
 
 def sweep_param(wildcards):

@@ -234,8 +234,19 @@ def test_second_run_does_nothing(campaign):
     assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr
 
 
+def _reversed_keys(value):
+    if isinstance(value, dict):
+        return {key: _reversed_keys(value[key]) for key in reversed(list(value))}
+    return value
+
+
 def test_editing_one_sweep_reruns_only_that_sweep(campaign):
     config = yaml.safe_load((campaign / "config" / "config.yaml").read_text())
+    # the same settings in another order are the same params: nothing reruns
+    reordered = yaml.safe_dump(_reversed_keys(config), sort_keys=False)
+    (campaign / "config" / "config.yaml").write_text(reordered)
+    same = snakemake(campaign, "-n")
+    assert "Nothing to be done" in same.stdout + same.stderr, same.stdout
     config["sweeps"]["a"]["m"] = [1, 2, 4]
     (campaign / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     dry = snakemake(campaign, "-n")

@@ -1,6 +1,5 @@
 """Rule ceilings: measure this machine's bandwidth and compute ceilings; keep the run."""
 
-import json
 from dataclasses import replace
 
 from rooflab.backends.selection import select_backend
@@ -12,8 +11,8 @@ log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
 settings = replace(
     settings_from_config(
-        json.loads(snakemake.params.settings),
-        disturbance=json.loads(snakemake.params.disturbance),
+        snakemake.params.settings,
+        disturbance=snakemake.params.disturbance,
     ),
     max_clock_change=float(snakemake.params.max_clock_change),
 )

@@ -1,14 +1,12 @@
 """Rule correctness: check every configuration of one sweep against a float64 reference."""
 
-import json
-
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.workflow import keep_run, log_to, ready_to_keep
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
-sweep_name, sweep = snakemake.wildcards.sweep, json.loads(snakemake.params.sweep)
+sweep_name, sweep = snakemake.wildcards.sweep, snakemake.params.sweep
 backend = select_backend(snakemake.params.backend)
 tables = run_gemm_sweep(backend, sweep_name, sweep, timing=None)
 verdicts = {}

@@ -2,8 +2,6 @@
 cases (ncu on a GPU, perf on a CPU), calibrated and paired with its timing run; `unavailable`
 with the reason otherwise."""
 
-import json
-
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.counters import (
     CounterSettings,
@@ -15,8 +13,8 @@ from rooflab.workflow import keep_run, log_to, read_receipt, ready_to_keep
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
-name, target = snakemake.wildcards.name, json.loads(snakemake.params.target)
-settings = CounterSettings.from_config(json.loads(snakemake.params.counters))
+name, target = snakemake.wildcards.name, snakemake.params.target
+settings = CounterSettings.from_config(snakemake.params.counters)
 timing = read_receipt(snakemake.input.timing)
 backend = select_backend(snakemake.params.backend)
 count = run_counters if snakemake.wildcards.kind == "sweeps" else run_workload_counters

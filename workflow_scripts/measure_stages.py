@@ -1,8 +1,6 @@
 """Rule measure_stages: one measurable stages scenario, serial and overlapped, on the ceilings of
 this machine's ceilings run."""
 
-import json
-
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.cache_edges import size_flush_from_ceilings
 from rooflab.experiments.stage_overlap import (
@@ -16,10 +14,8 @@ from rooflab.workflow import fails_in_one_line, keep_run, log_to, read_receipt, 
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
-name, spec = snakemake.wildcards.scenario, json.loads(snakemake.params.scenario)
-timing = TimingSettings.from_config(
-    json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
-)
+name, spec = snakemake.wildcards.scenario, snakemake.params.scenario
+timing = TimingSettings.from_config(snakemake.params.timing, snakemake.params.disturbance)
 ceilings_run = read_receipt(snakemake.input.ceilings)["run_dir"]
 (machine,) = latest_ceilings_by_machine([ceilings_run]).values()
 backend = select_backend(snakemake.params.backend)

@@ -4,7 +4,6 @@ per ceilings run its cache capacities, datasheet roofs and the config's stage bo
 run under results/, not only the newest nor only the current config's sweeps: the store's derived
 rows are then what a rebuild gives (the rule's inputs only order it after the measuring jobs)."""
 
-import json
 from pathlib import Path
 
 from rooflab.roofline import analyse_results, roof_faults, unplaced_line, write_analysis
@@ -14,7 +13,7 @@ log = log_to(snakemake.log[0])
 folder = Path(snakemake.output.points).parent
 analysis = analyse_results(
     folder.parent,  # results/
-    stages=json.loads(snakemake.params.stages),
+    stages=snakemake.params.stages,
     devices_file=snakemake.input.devices,
 )
 for note in analysis.points.notes:

@@ -1,7 +1,5 @@
 """Rule time_gemm: time the configurations of one sweep that passed their correctness check."""
 
-import json
-
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.cache_edges import size_flush_from_ceilings
 from rooflab.experiments.gemm import run_gemm_sweep
@@ -10,11 +8,9 @@ from rooflab.workflow import keep_run, log_to, read_receipt, ready_to_keep
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
-sweep_name, sweep = snakemake.wildcards.sweep, json.loads(snakemake.params.sweep)
+sweep_name, sweep = snakemake.wildcards.sweep, snakemake.params.sweep
 checked = read_receipt(snakemake.input.correctness)
-timing = TimingSettings.from_config(
-    json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
-)
+timing = TimingSettings.from_config(snakemake.params.timing, snakemake.params.disturbance)
 backend = select_backend(snakemake.params.backend)
 log.info("%s", size_flush_from_ceilings(backend, snakemake.params.ceilings_receipt))
 tables = run_gemm_sweep(

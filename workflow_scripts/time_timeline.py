@@ -1,7 +1,5 @@
 """Rule time_timeline: one timeline scenario, a decode-like step timed per mode."""
 
-import json
-
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.timeline import TimelineError, run_timeline
 from rooflab.experiments.timing import TimingSettings
@@ -9,10 +7,8 @@ from rooflab.workflow import fails_in_one_line, keep_run, log_to, ready_to_keep
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
-name, spec = snakemake.wildcards.timeline, json.loads(snakemake.params.timeline)
-timing = TimingSettings.from_config(
-    json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
-)
+name, spec = snakemake.wildcards.timeline, snakemake.params.timeline
+timing = TimingSettings.from_config(snakemake.params.timing, snakemake.params.disturbance)
 with fails_in_one_line(log, TimelineError):  # one line naming the scenario (and the mode)
     tables = run_timeline(select_backend(snakemake.params.backend), name, spec, timing)
 for row in tables["timeline_steps"]:

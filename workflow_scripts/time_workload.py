@@ -1,7 +1,5 @@
 """Rule time_workload: check and time every case of one of your own kernels (rooflab.Workload)."""
 
-import json
-
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.cache_edges import size_flush_from_ceilings
 from rooflab.experiments.timing import TimingSettings
@@ -11,10 +9,8 @@ from rooflab.workloads import WorkloadError
 
 log = log_to(snakemake.log[0])
 ready_to_keep(snakemake.output.receipt)
-name, spec = snakemake.wildcards.workload, json.loads(snakemake.params.workload)
-timing = TimingSettings.from_config(
-    json.loads(snakemake.params.timing), json.loads(snakemake.params.disturbance)
-)
+name, spec = snakemake.wildcards.workload, snakemake.params.workload
+timing = TimingSettings.from_config(snakemake.params.timing, snakemake.params.disturbance)
 backend = select_backend(snakemake.params.backend)
 log.info("%s", size_flush_from_ceilings(backend, snakemake.params.ceilings_receipt))
 with fails_in_one_line(log, WorkloadError):  # one line naming the workload and the case
