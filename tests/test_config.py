@@ -18,6 +18,24 @@ def test_default_config_is_valid_and_defaults_are_filled():
     assert {"weight_reuse", "tails"} <= set(config["sweeps"])
 
 
+def test_the_settings_defaults_are_the_schemas():
+    """The settings classes' own defaults (what tests and benchmarks build them with) are the
+    schema's, which every campaign and command gets: built from an empty config's defaults, each
+    equals its class built bare. A default changed in one place only fails here."""
+    from rooflab.conditions.disturbance import DisturbanceSettings
+    from rooflab.experiments.ceiling_plan import CeilingSettings, settings_from_config
+    from rooflab.experiments.counters import CounterSettings
+    from rooflab.experiments.timing import TimingSettings
+
+    defaults = validate_config({})
+    disturbance = defaults["disturbance"]
+    assert DisturbanceSettings.from_config(disturbance) == DisturbanceSettings()
+    assert TimingSettings.from_config(defaults["timing"], disturbance) == TimingSettings()
+    ceilings = settings_from_config(defaults["ceilings"], disturbance=disturbance)
+    assert ceilings == CeilingSettings()
+    assert CounterSettings.from_config(defaults["counters"]) == CounterSettings()
+
+
 def test_sweep_defaults_are_filled():
     config = validate_config({"sweeps": {"s": {"m": [1], "n": [8], "k": [8], "dtypes": ["fp32"]}}})
     assert config["sweeps"]["s"]["cache_states"] == ["warm", "cold"]
