@@ -746,13 +746,14 @@ def test_a_given_axis_keeps_every_roof_on_it():
 # -- a store with hundreds of runs and a second machine ------------------------------------------
 #
 # Built from the real runs of `store`: each copy is the same measurement under a new run id and a
-# later start time, so the store holds a history as long as a months-long campaign would. The
+# later start time, so the store holds a history (for the browser test, as long as a months-long
+# campaign's; the fast tests need only a few runs: the long one costs 17 s to build). The
 # newest copy is made 2x slower for one configuration and 2x faster for another (change chart),
 # and its check of a third configuration is marked failed (that configuration must vanish from the
 # Roofline and be listed under it). A second "node" is the same runs under another host and
 # machine id with its ceilings lowered 10,000x, so any mixing of the two machines shows.
 
-HISTORY_RUNS = 200
+HISTORY_RUNS, LONG_HISTORY_RUNS = 12, 200
 
 
 def _scale_config(tables, config_id: str, factor: float) -> None:
@@ -765,6 +766,15 @@ def _scale_config(tables, config_id: str, factor: float) -> None:
 
 @pytest.fixture(scope="module")
 def history(store, tmp_path_factory):
+    return _history(store, tmp_path_factory, HISTORY_RUNS)
+
+
+@pytest.fixture(scope="module")
+def long_history(store, tmp_path_factory):
+    return _history(store, tmp_path_factory, LONG_HISTORY_RUNS)
+
+
+def _history(store, tmp_path_factory, runs: int) -> dict:
     import datetime as dt
 
     source = store.parent
@@ -775,9 +785,9 @@ def history(store, tmp_path_factory):
     results = tmp_path_factory.mktemp("history") / "results"
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     copy_run(ceilings_run, results / "ceilings" / "runs", start)
-    for i in range(HISTORY_RUNS):
+    for i in range(runs):
         edit = None
-        if i == HISTORY_RUNS - 1:
+        if i == runs - 1:
 
             def edit(tables):
                 _scale_config(tables, slower, 2.0)
@@ -908,11 +918,11 @@ def test_failed_configuration_is_listed_under_the_roofline_and_not_drawn(history
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
-def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(history, tmp_path):
-    assert history["report"].index.stat().st_size < 10_000_000
-    dom = render_in_browser(history["report"], tmp_path)
+def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(long_history, tmp_path):
+    assert long_history["report"].index.stat().st_size < 10_000_000
+    dom = render_in_browser(long_history["report"], tmp_path)
     # the change since the previous run on its log-ratio axis, 2x slower and faster at its edges
-    (name,) = [n for n in history["report"].charts if n.endswith("__change")]
+    (name,) = [n for n in long_history["report"].charts if n.endswith("__change")]
     ticks = axis_labels(chart_svg(dom, name), "X-axis titled 'Latest / previous median")
     assert ticks == ["0.5×", "0.8×", "1×", "1.25×", "2×"]
 
