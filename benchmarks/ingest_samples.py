@@ -26,10 +26,13 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from smoke import add_smoke, verdict
 
-from rooflab.records import SCHEMA_VERSION, TABLES, new_run_id, write_run
+from rooflab.records import TABLES, new_run_id, write_run
 from rooflab.store import ingest
+from tests.table_rows import runs_row
 
 TARGET_S = 5.0
 N_CONFIGS = 200
@@ -43,20 +46,19 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
     config_ids = [f"decode/bf16/nn/m{m}_n4096_k4096" for m in range(1, N_CONFIGS + 1)]
     tables: dict[str, list[dict]] = {
         "runs": [
-            {
-                "run_id": run_id,
-                "schema_version": SCHEMA_VERSION,
-                "kind": "gemm",
-                "sweep": "decode",
-                "started_at": started,
-                "ended_at": started + timedelta(hours=1),
-                "host": "bench",
-                "machine_id": "bench-machine",
-                "backend": "cpu",
-                "device_name": "benchmark CPU",
-                "git_commit": "0" * 40,
-                "git_dirty": False,
-            }
+            runs_row(
+                run_id,
+                "gemm",
+                started,
+                "decode",
+                ended_at=started + timedelta(hours=1),
+                host="bench",
+                machine_id="bench-machine",
+                backend="cpu",
+                device_name="benchmark CPU",
+                git_commit="0" * 40,
+                git_dirty=False,
+            )
         ],
         "conditions": [],
         "correctness": [],

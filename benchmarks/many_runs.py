@@ -6,14 +6,18 @@ them. For benchmarks/report_many_runs.py and tests/test_report_scale.py.
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 
-from rooflab.records import SCHEMA_VERSION, write_run
+from rooflab.records import write_run
 from rooflab.roofline import analyse_results, write_analysis
 from rooflab.store import ingest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.table_rows import runs_row
 
 MACHINE_ID = "many-runs-machine"
 SHAPES = (1, 8, 32)  # M; N = K = 256, fp64
@@ -23,20 +27,11 @@ STARTED = datetime(2026, 1, 1, 9, tzinfo=UTC)
 
 
 def _run_row(run_id: str, kind: str, sweep: str | None, started: datetime) -> dict:
-    return {
-        "run_id": run_id,
-        "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "sweep": sweep,
-        "started_at": started,
-        "ended_at": started + timedelta(seconds=30),
-        "host": "bench",
-        "machine_id": MACHINE_ID,
-        "backend": "cpu",
-        "device_name": "benchmark CPU",
-        "git_commit": "0" * 40,
-        "git_dirty": False,
-    }
+    return runs_row(
+        run_id, kind, started, sweep, ended_at=started + timedelta(seconds=30), host="bench",
+        machine_id=MACHINE_ID, backend="cpu", device_name="benchmark CPU", git_commit="0" * 40,
+        git_dirty=False,
+    )  # fmt: skip
 
 
 def _ceilings_run(results: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from rooflab.counters.ncu import DRAM_READ, DRAM_WRITE, L1_BYTES, L2_BYTES
 from rooflab.model import gemm_ledger
 from rooflab.records import write_run
+from tests.table_rows import runs_row as table_runs_row
 
 MACHINE_ID = "constructed-gpu-0"
 HOST = "constructed-host"
@@ -56,20 +57,13 @@ def runs_row(run_id: str, kind: str, started: datetime, sweep: str | None = None
         ],
         "constructed": "test data, not a measurement",
     }
-    return {
-        "run_id": run_id,
-        "schema_version": 1,
-        "kind": kind,
-        "sweep": sweep,
-        "started_at": started,
-        "ended_at": started + timedelta(seconds=5),
-        "host": HOST,
-        "machine_id": MACHINE_ID,
-        "backend": "cuda",
-        "device_name": DEVICE,
-        "machine": json.dumps(machine),
-        "settings": json.dumps({"constructed": True}),
-    }
+    # schema 1: runs of a rooflab before disturbance was judged (the report says "not judged")
+    return table_runs_row(
+        run_id, kind, started, sweep, schema_version=1, ended_at=started + timedelta(seconds=5),
+        host=HOST,
+        machine_id=MACHINE_ID, backend="cuda", device_name=DEVICE, machine=json.dumps(machine),
+        settings=json.dumps({"constructed": True}),
+    )  # fmt: skip
 
 
 def write_campaign(

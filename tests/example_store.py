@@ -5,8 +5,9 @@ run of an NVIDIA H200 whose values are those of run 3 in docs/measurements/2026-
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rooflab.records import SCHEMA_VERSION, write_run
+from rooflab.records import write_run
 from rooflab.store import ingest
+from tests.table_rows import runs_row
 
 RUN_ID = "20261130T233412Z-5d0c9e27"
 MACHINE_ID = "7c1e2f9a40b3d568"
@@ -36,17 +37,10 @@ CEILINGS = [
 def build_example_store(folder: Path) -> Path:
     """`folder`/results/rooflab.duckdb holding the example run (its run folder beside it)."""
     results = folder / "results"
-    run = {
-        "run_id": RUN_ID,
-        "schema_version": SCHEMA_VERSION,
-        "kind": "ceilings",
-        "started_at": STARTED_AT,
-        "ended_at": STARTED_AT,
-        "host": HOST,
-        "machine_id": MACHINE_ID,
-        "backend": "cuda",
-        "device_name": "NVIDIA H200",
-    }
+    run = runs_row(
+        RUN_ID, "ceilings", STARTED_AT, ended_at=STARTED_AT, host=HOST, machine_id=MACHINE_ID,
+        backend="cuda", device_name="NVIDIA H200",
+    )  # fmt: skip
     ceilings = [
         {
             "run_id": RUN_ID,

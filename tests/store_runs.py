@@ -15,8 +15,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rooflab.records import MEASURED_TABLES, SCHEMA_VERSION, TABLES, new_run_id, write_run
+from rooflab.records import MEASURED_TABLES, TABLES, new_run_id, write_run
 from rooflab.store import query
+from tests.table_rows import runs_row
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 MACHINES = {
@@ -28,23 +29,11 @@ SHAPES = [(1, 64, 64), (32, 64, 64), (128, 64, 64)]
 
 def _run_row(run_id, kind, sweep, started_at, machine_id, commit="abc123def4567890"):
     host, cpu = MACHINES[machine_id]
-    return {
-        "run_id": run_id,
-        "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "sweep": sweep,
-        "started_at": started_at,
-        "ended_at": started_at + timedelta(minutes=3),
-        "host": host,
-        "machine_id": machine_id,
-        "backend": "cpu",
-        "device_name": cpu,
-        "library_versions": json.dumps({"numpy": "2.1.0"}),
-        "git_commit": commit,
-        "git_dirty": False,
-        "config_hash": "0123456789abcdef",
-        "settings": "{}",
-    }
+    return runs_row(
+        run_id, kind, started_at, sweep, host=host, machine_id=machine_id, backend="cpu",
+        device_name=cpu, library_versions=json.dumps({"numpy": "2.1.0"}), git_commit=commit,
+        git_dirty=False, config_hash="0123456789abcdef", settings="{}",
+    )  # fmt: skip
 
 
 def _conditions(run_id, started_at, ghz_values):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rooflab.records import SCHEMA_VERSION, new_run_id
+from rooflab.records import new_run_id
 from rooflab.workflow import (
     campaign_summary,
     failed_logs,
@@ -18,6 +18,7 @@ from rooflab.workflow import (
     write_receipt,
 )
 from tests.conftest import installed_script
+from tests.table_rows import runs_row
 
 NOTE = "auto: no CUDA device (cupy is not installed); fell back to cpu"
 
@@ -25,18 +26,10 @@ NOTE = "auto: no CUDA device (cupy is not installed); fell back to cpu"
 def _keep(receipt: str, kind: str, sweep: str | None, busy: str | None = None, **extra) -> str:
     """A run of `kind` kept beside `receipt` the way the workflow scripts keep theirs."""
     run_id = new_run_id()
-    row = {
-        "run_id": run_id,
-        "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "sweep": sweep,
-        "started_at": datetime(2026, 12, 1, 9, tzinfo=UTC),
-        "machine_id": "m-local",
-        "backend": "cpu",
-        "backend_requested": "auto",
-        "backend_note": NOTE,
-        "busy_warning": busy,
-    }
+    row = runs_row(
+        run_id, kind, datetime(2026, 12, 1, 9, tzinfo=UTC), sweep, machine_id="m-local",
+        backend="cpu", backend_requested="auto", backend_note=NOTE, busy_warning=busy,
+    )  # fmt: skip
     keep_run({"runs": [row]}, receipt, **extra)
     return run_id
 

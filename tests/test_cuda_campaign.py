@@ -21,6 +21,7 @@ from rooflab.model import gemm_ledger
 from rooflab.records import read_run, write_run
 from rooflab.roofline import build_points, latest_ceilings_by_machine, roofline_points
 from tests.conftest import run_rooflab
+from tests.table_rows import runs_row
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 MiB = 1 << 20
@@ -154,14 +155,10 @@ GPU_MACHINE = {
 
 
 def _run_row(run_id, kind):
-    return {
-        "run_id": run_id,
-        "kind": kind,
-        "backend": "cuda",
-        "machine_id": "gpu-1",
-        "started_at": datetime(2026, 1, 1, tzinfo=UTC),
-        "machine": json.dumps(GPU_MACHINE),
-    }
+    return runs_row(
+        run_id, kind, datetime(2026, 1, 1, tzinfo=UTC), backend="cuda", machine_id="gpu-1",
+        machine=json.dumps(GPU_MACHINE),
+    )  # fmt: skip
 
 
 def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
@@ -236,15 +233,14 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
 
     results = tmp_path / "results"
     machine = json.dumps({**GPU_MACHINE, "timing_method": "CUDA events; stream held"})
-    run = {
-        "backend": "cuda",
-        "machine_id": "gpu-1",
-        "host": "node",
-        "device_name": "NVIDIA H200",
-        "machine": machine,
-        "schema_version": 1,
-    }
     started = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def run(run_id: str, kind: str, at: datetime, sweep: str | None = None) -> dict:
+        return runs_row(
+            run_id, kind, at, sweep, backend="cuda", machine_id="gpu-1", host="node",
+            device_name="NVIDIA H200", machine=machine,
+        )  # fmt: skip
+
     ceilings = [
         ("bandwidth", "HBM", "read", 4.1e12, False, False),
         ("bandwidth", "HBM", "copy", 4.3e12, False, False),
@@ -256,7 +252,7 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
         results / "ceilings" / "runs",
         "c",
         {
-            "runs": [{**run, "run_id": "c", "kind": "ceilings", "started_at": started}],
+            "runs": [run("c", "ceilings", started)],
             "ceilings": [
                 {
                     "run_id": "c",
@@ -295,7 +291,7 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
         results / "sweeps" / "weight_reuse" / "runs",
         "g",
         {
-            "runs": [{**run, "run_id": "g", "kind": "gemm", "started_at": started}],
+            "runs": [run("g", "gemm", started)],
             "gemm_points": [point],
         },
     )

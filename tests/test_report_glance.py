@@ -42,6 +42,7 @@ from tests.report_pages import (
     layers_of,
     svg_texts,
 )
+from tests.table_rows import runs_row
 
 # -- what one sees: the SVG vl-convert draws -----------------------------------------------------
 
@@ -453,12 +454,12 @@ def constructed_store(tmp_path_factory):
     try:
         for i, (machine_id, (host, backend, device, machine)) in enumerate(MACHINES.items()):
             run_id = f"20260601T00000{i}Z-constructed"
-            insert_rows(connection, "runs", [{
-                "run_id": run_id, "schema_version": 2, "kind": "ceilings",
-                "started_at": T0 + timedelta(minutes=i), "ended_at": T0 + timedelta(minutes=i + 1),
-                "host": host, "machine_id": machine_id, "backend": backend, "device_name": device,
-                "machine": json.dumps({"machine_id": machine_id, **machine}),
-            }])  # fmt: skip
+            insert_rows(connection, "runs", [runs_row(
+                run_id, "ceilings", T0 + timedelta(minutes=i),
+                ended_at=T0 + timedelta(minutes=i + 1), host=host, machine_id=machine_id,
+                backend=backend, device_name=device,
+                machine=json.dumps({"machine_id": machine_id, **machine}),
+            )])  # fmt: skip
             gpu = backend == "cuda"
             insert_rows(connection, "conditions", [
                 {"run_id": run_id, "t": T0 + timedelta(minutes=i, seconds=s), "phase": "during",

@@ -51,6 +51,7 @@ from tests.report_pages import (
     rooflab_ok,
     svg_texts,
 )
+from tests.table_rows import runs_row
 
 # -- pure: the chart functions on frames shaped like their views ---------------------------------
 
@@ -396,11 +397,10 @@ def constructed_store(tmp_path_factory):
     connection = duckdb.connect(str(db))
     try:
         run_id = "20260601T000000Z-constructed"
-        insert_rows(connection, "runs", [{
-            "run_id": run_id, "schema_version": 2, "kind": "workload", "sweep": "chase",
-            "started_at": T0, "ended_at": T0 + timedelta(minutes=1), "host": "wl-host",
-            "machine_id": MACHINE, "backend": "cpu", "device_name": "constructed CPU",
-        }])  # fmt: skip
+        insert_rows(connection, "runs", [runs_row(
+            run_id, "workload", T0, "chase", ended_at=T0 + timedelta(minutes=1), host="wl-host",
+            machine_id=MACHINE, backend="cpu", device_name="constructed CPU",
+        )])  # fmt: skip
         rows = [
             _point(run_id, "chase", {"n": n, "steps": steps}, state, n * steps * 1e-9, 0.2)
             for n in (1024, 4096)

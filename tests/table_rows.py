@@ -1,0 +1,36 @@
+"""Rows built from the table declarations (records.tables.TABLES), for tests and benchmarks that
+write runs without measuring: every declared column present (None where not given), a column the
+table does not declare refused, and a `runs` row at the current SCHEMA_VERSION. Not a test
+module, so pytest collects nothing here."""
+
+from datetime import datetime, timedelta
+
+from rooflab.records import SCHEMA_VERSION, TABLES
+
+
+def table_row(table: str, **columns) -> dict:
+    """A row of `table` with `columns` and None in every other declared column."""
+    declared = TABLES[table].names
+    unknown = sorted(set(columns) - set(declared))
+    if unknown:
+        raise KeyError(f"table {table} declares no column {', '.join(unknown)}")
+    return {name: columns.get(name) for name in declared}
+
+
+def runs_row(
+    run_id: str, kind: str, started_at: datetime, sweep: str | None = None, **columns
+) -> dict:
+    """A `runs` row of the current schema version, ended 3 minutes after it started unless
+    `columns` says otherwise."""
+    return table_row(
+        "runs",
+        **{
+            "run_id": run_id,
+            "schema_version": SCHEMA_VERSION,
+            "kind": kind,
+            "sweep": sweep,
+            "started_at": started_at,
+            "ended_at": started_at + timedelta(minutes=3),
+            **columns,
+        },
+    )
