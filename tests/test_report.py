@@ -44,6 +44,7 @@ from tests.report_pages import (
 
 TINY_CONFIG = """\
 backend: auto
+disturbance: {quiet_wait_s: 0}
 timing:
   warmup_s: 0.01
   warmup_min_calls: 1

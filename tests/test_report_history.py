@@ -42,6 +42,7 @@ timing:
 disturbance:
   max_other_cpus: 1000000.0
   max_steal_fraction: 1.0
+  quiet_wait_s: 0
 sweeps:
   fast:
     m: [1, 8, 32]
