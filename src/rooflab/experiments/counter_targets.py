@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from rooflab.experiments import profiled_gemm, profiled_workload
-from rooflab.experiments.gemm_configs import GemmConfig, sweep_configs
+from rooflab.experiments.gemm_configs import GemmConfig, config_ledger, sweep_configs
 from rooflab.vocabulary import compute_path, workload_compute_path
 from rooflab.workloads import Case, cases
 
@@ -94,7 +94,7 @@ def gemm_target(config: GemmConfig, seed: int, backend: str, warmup: int) -> Cou
         config.short_id,
         tuple(profiled_gemm.child_command(config, seed, backend, warmup)),
         compute_path(backend, config.dtype),
-        2 * config.m * config.n * config.k,
+        config_ledger(config).flops,  # 2MNK (the OP of an int8 GEMM)
         "2MNK",
         (config.m, config.n, config.k),
     )
