@@ -356,6 +356,12 @@ def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_
     assert cold < (1 + FALL) * far, figures
 
 
+# A quick run of one triad sweep and one FMA dtype: what the retake tests drive
+TRIAD_ONLY = replace(
+    QUICK, kernels=("triad",), window_s=0.002, fma_dtypes=("fp64",), blas_dtypes=()
+)
+
+
 def test_a_disturbed_point_past_a_mebibyte_is_measured_again_as_a_point_of_its_own(monkeypatch):
     """A disturbed sweep point sets no edge: one of at least RETAKE_FROM is measured again at
     once, 1/64 larger, and both are kept (the first flagged); a retake is not retaken, and a
@@ -385,14 +391,7 @@ def test_a_disturbed_point_past_a_mebibyte_is_measured_again_as_a_point_of_its_o
     measured, decide = ceilings._sweep_point, ceilings._retake
     monkeypatch.setattr(ceilings, "_sweep_point", sweep_point)
     monkeypatch.setattr(ceilings, "_retake", retake)
-    settings = replace(
-        QUICK,
-        kernels=("triad",),
-        max_working_set_bytes=32 * MiB,
-        window_s=0.002,
-        fma_dtypes=("fp64",),
-        blas_dtypes=(),
-    )
+    settings = replace(TRIAD_ONLY, max_working_set_bytes=32 * MiB)
     tables = run_ceilings(CpuBackend(), settings)
     sweep = {r["working_set_bytes"]: r for r in tables["ceiling_sweep"] if r["kernel"] == "triad"}
     assert all(sweep[size]["disturbed"] for size in made)  # kept, flagged
@@ -429,14 +428,7 @@ def test_a_clean_point_whose_median_is_not_pinned_sets_no_edge_and_is_measured_a
 
     measured = ceilings._sweep_point
     monkeypatch.setattr(ceilings, "_sweep_point", sweep_point)
-    settings = replace(
-        QUICK,
-        kernels=("triad",),
-        max_working_set_bytes=16 * MiB,
-        window_s=0.002,
-        fma_dtypes=("fp64",),
-        blas_dtypes=(),
-    )
+    settings = replace(TRIAD_ONLY, max_working_set_bytes=16 * MiB)
     run_ceilings(CpuBackend(), settings)
     again = order[order.index(made[0]) + 1]
     assert again / made[0] == pytest.approx(65 / 64, rel=5e-3)

@@ -78,7 +78,7 @@ def run_ceilings(
     check_supported(backend, settings)
     check_memory(backend, settings)
     with measuring_run(
-        backend, "ceilings", None, what="ceilings", label="ceilings",
+        backend, "ceilings", None,
         tables=("ceilings", "ceiling_sweep", "samples"), disturbance=settings.disturbance,
         run_id=run_id, around=False,  # conditions are read around each sweep and FMA round
     ) as run:  # fmt: skip
@@ -214,7 +214,7 @@ def _run_ceilings(run: MeasuringRun, settings: CeilingSettings) -> dict:
             return windows, edges, bool(ended), confirm
 
         ahead, extra = sorted(sizes), []  # the start, ascending; refinements and confirmations
-        retakes: list[int] = []  # working sets measured again beside a disturbed point
+        retakes: list[int] = []  # working sets measured again beside an unsettled point
         with backend.sampling_conditions(config_id) as during, backend.nvtx_range(config_id):
             while True:
                 found_windows, _, ended, confirm = plateaus_found()

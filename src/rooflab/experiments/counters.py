@@ -191,7 +191,7 @@ def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, r
     if tool not in TOOLS:
         raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
     with measuring_run(
-        backend, "counters", name, what=f"counters of {kind} {name}", label=f"counters {name}",
+        backend, "counters", name, what=f"counters of {kind} {name}",
         tables=("counters", "counter_calibration"), disturbance=None, run_id=run_id,
     ) as run:  # fmt: skip
         progress, run_id, tables = run.progress, run.run_id, run.tables

@@ -39,7 +39,7 @@ def run_gemm_sweep(
     check_fits(backend, configs)
     timed = ("samples", "gemm_points") if timing is not None else ()
     with measuring_run(
-        backend, kind, name, what=f"gemm sweep {name}", label=f"{kind} {name}",
+        backend, kind, name, what=f"gemm sweep {name}",
         tables=("correctness", *timed), disturbance=timing and timing.disturbance, run_id=run_id,
     ) as run:  # fmt: skip
         _sweep(run, configs, sweep, timing, checked=passed_config_ids is None)

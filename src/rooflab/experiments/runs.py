@@ -94,18 +94,18 @@ def measuring_run(
     kind: str,
     name: str | None,
     *,
-    what: str,
-    label: str,
     tables: tuple[str, ...],
     disturbance: DisturbanceSettings | None,
     run_id: str | None = None,
     around: bool = True,
+    what: str | None = None,
 ) -> Iterator[MeasuringRun]:
-    """A measuring run of `kind`: the machine held throughout (`what`, machine_lock), its
-    Progress (`label`), a wait for quiet where `disturbance` is given, a run id, empty `tables`
-    beside `conditions` (with a reading before the run where `around`); close it for its
-    rows."""
-    with measuring_job(what, label) as progress:
+    """A measuring run of `kind`: the machine held throughout (machine_lock; `what` holds it,
+    by default its label "<kind> <name>"), its Progress, a wait for quiet where `disturbance`
+    is given, a run id, empty `tables` beside `conditions` (with a reading before the run where
+    `around`); close it for its rows."""
+    label = f"{kind} {name}" if name else kind
+    with measuring_job(what or label, label) as progress:
         quiet = None
         if disturbance is not None:
             progress.update("checking that the machine is quiet")

@@ -209,7 +209,7 @@ def run_stage_overlap(
     if not spec.get("measurable"):
         raise StageOverlapError(f"stages.{name} is not marked measurable: true")
     with measuring_run(
-        backend, "stages", name, what=f"stages {name}", label=f"stages {name}",
+        backend, "stages", name,
         tables=("samples", "stage_timings", "stage_schedules"), disturbance=timing.disturbance,
         run_id=run_id,
     ) as run:  # fmt: skip

@@ -145,7 +145,7 @@ def run_timeline(
         skipped = "mode graph skipped: CUDA graphs need a GPU"
         print(f"rooflab: timeline {name}: {skipped}", file=sys.stderr)
     with measuring_run(
-        backend, "timeline", name, what=f"timeline {name}", label=f"timeline {name}",
+        backend, "timeline", name,
         tables=("samples", "timeline_steps", "timeline_kernels"), disturbance=timing.disturbance,
         run_id=run_id,
     ) as run:  # fmt: skip

@@ -82,7 +82,7 @@ def run_workload(
     factory = load_entry(spec["entry"], name)
     every_case = cases(name, spec.get("params") or {}, list(spec["dtypes"]))
     with measuring_run(
-        backend, "workload", name, what=f"workload {name}", label=f"workload {name}",
+        backend, "workload", name,
         tables=("correctness", "samples", "workload_points"), disturbance=timing.disturbance,
         run_id=run_id,
     ) as run:  # fmt: skip
