@@ -6,8 +6,9 @@ A cold GEMM sample needs its operands out of the caches, nothing more: flushing 
 exact whatever the last level holds (a VM's share of a host's L3 is not what it reports), costs
 the operands' size (0.31 ms for 8 MB here, where a pass over the buffer sized from the last
 level's edge, 868 MB, took 33 ms), and leaves no dirty lines of a buffer for the timed call to
-write back (which the operands' byte ledger does not count). A line is flushed from every core's caches and the
-shared ones alike (the instructions act on the whole coherence domain), so one thread does it.
+write back (which the operands' byte ledger does not count). A line is flushed from every
+core's caches and the shared ones alike (the instructions act on the whole coherence domain), so
+one thread does it.
 """
 
 from __future__ import annotations
