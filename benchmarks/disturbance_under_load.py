@@ -84,7 +84,7 @@ def measure_all(
     memory's triad over `dram_bytes`."""
     results = {}
     tables = run_gemm_sweep(backend, "load", sweep, settings)
-    for point in tables["gemm_points"]:
+    for point in tables["timed_points"]:
         key = f"gemm m{point['m']} {point['cache_state']}"
         results[key] = (point["median_s"], point["disturbed"])
     threads = backend.default_threads()

@@ -2,7 +2,7 @@
 
     python benchmarks/ingest_samples.py [--samples 1000000] [--rounds 3]
 
-Writes one realistic CPU GEMM run (runs, conditions, correctness, gemm_points and a samples table
+Writes one realistic CPU GEMM run (runs, conditions, correctness, timed_points and a samples table
 of `--samples` rows over 200 configurations × 2 cache states) to a temporary folder, then times,
 best of `--rounds`, each on a fresh database file:
   - `rooflab.store.ingest` (read and check every file with pyarrow, one transaction, commit);
@@ -62,7 +62,7 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
         ],
         "conditions": [],
         "correctness": [],
-        "gemm_points": [],
+        "timed_points": [],
         "samples": [],  # replaced below
     }
     for index, config_id in enumerate(config_ids):
@@ -91,10 +91,11 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
                         "cpu_ghz_measured": 3.0,
                     }
                 )
-            tables["gemm_points"].append(
+            tables["timed_points"].append(
                 {
                     "run_id": run_id,
                     "config_id": config_id,
+                    "kind": "gemm",
                     "sweep": "decode",
                     "m": m,
                     "n": 4096,

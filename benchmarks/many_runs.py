@@ -58,7 +58,7 @@ def _gemm_run(results: Path, sweep: str, index: int, started: datetime, rng) -> 
     run_id = f"{started:%Y%m%dT%H%M%S}Z-{sweep}-{index:04d}"
     tables: dict[str, list[dict]] = {
         "runs": [_run_row(run_id, "gemm", sweep, started)],
-        "gemm_points": [],
+        "timed_points": [],
         "samples": [],
         "correctness": [],
         "conditions": [],
@@ -79,9 +79,9 @@ def _gemm_run(results: Path, sweep: str, index: int, started: datetime, rng) -> 
             base = q / 10e9 * (1.0 if cache_state == "warm" else 1.5)
             seconds = base * rng.lognormal(0.0, 0.03, SAMPLES_PER_POINT)
             p25, median, p75 = np.quantile(seconds, [0.25, 0.5, 0.75])
-            tables["gemm_points"].append(
-                {"run_id": run_id, "config_id": config_id, "sweep": sweep, "m": m, "n": 256,
-                 "k": 256, "dtype": "fp64", "layout": "nn", "cache_state": cache_state,
+            tables["timed_points"].append(
+                {"run_id": run_id, "config_id": config_id, "kind": "gemm", "sweep": sweep, "m": m,
+                 "n": 256, "k": 256, "dtype": "fp64", "layout": "nn", "cache_state": cache_state,
                  "n_samples": SAMPLES_PER_POINT, "median_s": median, "p25_s": p25,
                  "p75_s": p75, "flops": flops, "bytes_model": q,
                  "achieved_flops_per_s": flops / median, "noisy": False, "disturbed": False}

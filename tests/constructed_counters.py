@@ -106,6 +106,7 @@ def write_campaign(
             points.append(
                 {
                     "run_id": gemm_id,
+                    "kind": "gemm",
                     "config_id": config_id(m),
                     "sweep": SWEEP,
                     "m": m,
@@ -126,7 +127,7 @@ def write_campaign(
             )
     gemm_run = {"runs": [runs_row(gemm_id, "gemm", T0 + timedelta(hours=1), SWEEP)]}
     out["gemm"] = write_run(
-        results / "sweeps" / SWEEP / "runs", gemm_id, gemm_run | {"gemm_points": points}
+        results / "sweeps" / SWEEP / "runs", gemm_id, gemm_run | {"timed_points": points}
     )
     counters, calibration = [], []
     settings = {"tool": "ncu", "tool_version": "constructed", "chip": "constructed"}

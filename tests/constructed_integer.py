@@ -80,6 +80,7 @@ def gemm_points(run_id: str, dtype: str) -> list[dict]:
         rows.append(
             {
                 "run_id": run_id,
+                "kind": "gemm",
                 "config_id": config_id(dtype, m),
                 "sweep": f"reuse_{dtype}",
                 "m": m,
@@ -126,7 +127,7 @@ def write_campaign(results: Path, changes: dict | None = None) -> dict[str, list
         sweep = f"reuse_{dtype}"
         tables = {
             "runs": [_run(run_id, "gemm", T0 + timedelta(hours=i + 1), sweep)],
-            "gemm_points": gemm_points(run_id, dtype),
+            "timed_points": gemm_points(run_id, dtype),
         }
         out["gemm"].append(write_run(results / "sweeps" / sweep / "runs", run_id, tables))
     return out

@@ -67,7 +67,7 @@ def gemm_run(
     """A CPU GEMM run: every table, two cache states, one configuration failing its check; the
     cold point of `disturbed_m` flagged disturbed, and the run's busy warning where given."""
     run_id = new_run_id(started_at)
-    tables = {name: [] for name in ("conditions", "samples", "gemm_points", "correctness")}
+    tables = {name: [] for name in ("conditions", "samples", "timed_points", "correctness")}
     tables["runs"] = [
         {**_run_row(run_id, "gemm", sweep, started_at, machine_id), "busy_warning": busy_warning}
     ]
@@ -108,10 +108,11 @@ def gemm_run(
                 for i in range(n_samples)
             )
             flops = 2 * m * n * k
-            tables["gemm_points"].append(
+            tables["timed_points"].append(
                 {
                     "run_id": run_id,
                     "config_id": config_id,
+                    "kind": "gemm",
                     "sweep": sweep,
                     **shape,
                     "dtype": "fp32",

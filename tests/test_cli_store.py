@@ -14,7 +14,7 @@ import pytest
 
 from rooflab.cli import RUN_KINDS
 from rooflab.devices import load_device_presets
-from rooflab.records import DERIVED_TABLES, TABLES
+from rooflab.records import DERIVED_TABLES, POINT_VIEWS, TABLES
 from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import VIEWS_SQL, ingest
 from rooflab.store.comparisons import STORE_TABLES
@@ -268,7 +268,7 @@ def test_schema_lists_tables_and_views_and_a_relations_columns_types_and_units(s
         assert listed[name]["kind"] == kind and listed[name]["columns"] >= len(TABLES[name])
     assert {listed[name]["kind"] for name in VIEWS_SQL} == {"view"}
     columns = as_json("schema", "gemm_points", "--db", store)
-    assert [c["column"] for c in columns] == TABLES["gemm_points"].names
+    assert [c["column"] for c in columns] == POINT_VIEWS["gemm_points"][1]
     units = {c["column"]: c["unit"] for c in columns}
     assert units["median_s"] == "s" and units["bytes_model"] == units["flush_bytes"] == "B"
     assert units["flops"] == "FLOP" and units["achieved_flops_per_s"] == "FLOP/s"

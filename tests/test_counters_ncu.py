@@ -64,15 +64,7 @@ def option(argv, name):
 
 # -- ncu: the command line -------------------------------------------------------------------------
 
-CHILD = [
-    sys.executable,
-    "-m",
-    "rooflab.experiments.profiled_gemm",
-    "--sweep",
-    "s",
-    "--dtype",
-    "bf16",
-]
+CHILD = [sys.executable, "-m", "rooflab.experiments.profiled", "--case", '{"kind": "gemm"}']
 
 
 @pytest.mark.parametrize("cache_control", ["all", "none"])

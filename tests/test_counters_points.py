@@ -79,11 +79,13 @@ def timing(cache_state, median_s, run_id="20260101T000000Z-aaaa", config_id=CONF
         "cache_state": cache_state,
         "median_s": median_s,
         "sweep": "main",
+        "kind": "gemm",
         "m": M,
         "n": N,
         "k": K,
         "dtype": "bf16",
         "layout": "nn",
+        "flops": 2 * M * N * K,
         **extra,
     }
 

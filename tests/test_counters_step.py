@@ -15,7 +15,7 @@ from rooflab.backends.selection import select_backend
 from rooflab.cli import main
 from rooflab.config import validate_config
 from rooflab.counters.perf import pmu_note
-from rooflab.experiments.counter_targets import select_configs
+from rooflab.experiments.counter_targets import select_cases
 from rooflab.experiments.counters import (
     CounterSettings,
     counters_status,
@@ -135,10 +135,10 @@ def test_perf_scopes_its_counts_to_the_measured_call(tmp_path):
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed here")
     from rooflab.counters.perf import parse_perf_stat, perf_stat_command, run_perf_stat
-    from rooflab.experiments.gemm import GemmConfig
-    from rooflab.experiments.profiled_gemm import child_command
+    from rooflab.experiments.gemm import GemmCase, GemmConfig
+    from rooflab.experiments.profiled import child_command
 
-    child = child_command(GemmConfig("t", 8, 16, 32, "fp32", "nn"), 0, "cpu", 1)
+    child = child_command(GemmCase(GemmConfig("t", 8, 16, 32, "fp32", "nn"), 0), "cpu", 1)
     whole = run_perf_stat(perf_stat_command(["task-clock"], child), 120)
     ctl, ack = tmp_path / "ctl", tmp_path / "ack"
     os.mkfifo(ctl)
@@ -263,8 +263,8 @@ def test_a_filter_that_matches_nothing_stops_the_step_at_once(timed, tmp_path):
 
 def test_a_sweep_without_cold_timings_profiles_no_flushed_replay(timed, tmp_path):
     warm_only = read_run(timed["run_dir"])
-    rows = [r for r in warm_only["gemm_points"].to_pylist() if r["cache_state"] == "warm"]
-    tables = {name: t.to_pylist() for name, t in warm_only.items()} | {"gemm_points": rows}
+    rows = [r for r in warm_only["timed_points"].to_pylist() if r["cache_state"] == "warm"]
+    tables = {name: t.to_pylist() for name, t in warm_only.items()} | {"timed_points": rows}
     run_dir = write_run(tmp_path / "warm", tables["runs"][0]["run_id"], tables)
     settings = CounterSettings(ncu=str(replaying_ncu(tmp_path)), configs=("s/fp64/nn/m3_n16_k16",))
     counted = run_counters(
@@ -281,11 +281,11 @@ def test_a_sweep_without_cold_timings_profiles_no_flushed_replay(timed, tmp_path
 # -- selection and status (constructed inputs) -----------------------------------------------------
 
 BIG = {"m": [1, 2, 4, 8, 16, 32, 64], "n": [32], "k": [32], "dtypes": ["fp32", "fp64"]}
-BIG |= {"layouts": ["nn"]}
+BIG |= {"layouts": ["nn"], "seed": 0}
 
 
 def _ids(sweep, timed_ids, **settings):
-    selection = select_configs("w", sweep, timed_ids, CounterSettings(**settings))
+    selection = select_cases("sweep", "w", sweep, timed_ids, CounterSettings(**settings))
     return [c.config_id for c in selection.configs], selection.skipped
 
 
@@ -422,7 +422,7 @@ def test_replays_pair_only_with_the_timing_run_they_name_on_their_machine(tmp_pa
     points, notes = counter_points([runs["counters"]], [], ceilings)
     assert points == [] and all("is not among the timing runs given" in n for n in notes)
     gemm = {name: t.to_pylist() for name, t in read_run(runs["gemm"]).items()}
-    gemm["gemm_points"] = [r for r in gemm["gemm_points"] if r["cache_state"] == "warm"]
+    gemm["timed_points"] = [r for r in gemm["timed_points"] if r["cache_state"] == "warm"]
     warm_only = write_run(tmp_path / "warm", gemm["runs"][0]["run_id"], gemm)
     points, notes = counter_points([runs["counters"]], [warm_only], ceilings)
     assert {p["cache_state"] for p in points} == {"warm"}  # flushed replays: never paired warm

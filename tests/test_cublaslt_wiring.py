@@ -461,7 +461,7 @@ def test_a_weight_reuse_sweep_of_fp8_and_int8_records_the_cublaslt_ledger(lt):
     }
     tables = run_gemm_sweep(LtOnCpu(), "reuse", sweep, TINY)
     assert tables["correctness"] and all(r["passed"] for r in tables["correctness"])
-    points = {(p["dtype"], p["m"]): p for p in tables["gemm_points"]}
+    points = {(p["dtype"], p["m"]): p for p in tables["timed_points"]}
     assert len(points) == 6
     for (dtype, m), point in points.items():
         n, k = 32, 64

@@ -133,7 +133,7 @@ def test_auto_without_a_gpu_records_the_fallback(tmp_path):
     assert run["backend"] == "cpu" and run["backend_requested"] == "auto"
     assert run["backend_note"].startswith("auto: no CUDA device (looked for")
     assert run["backend_note"].endswith("fell back to cpu")
-    (point, *_) = read_run(run_dir)["gemm_points"].to_pylist()
+    (point, *_) = read_run(run_dir)["timed_points"].to_pylist()
     assert point["clock_moved"] is None and point["sm_clock_min_mhz"] is None  # CPU: no SM clock
 
 
@@ -192,6 +192,7 @@ def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
         points.append(
             {
                 "run_id": "g",
+                "kind": "gemm",
                 "config_id": f"s/{dtype}/m{m}_n{n}_k{k}",
                 "sweep": "s",
                 "m": m,
@@ -206,7 +207,7 @@ def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
             }
         )
     gemm_dir = write_run(
-        tmp_path / "gemm", "g", {"runs": [_run_row("g", "gemm")], "gemm_points": points}
+        tmp_path / "gemm", "g", {"runs": [_run_row("g", "gemm")], "timed_points": points}
     )
     machines = latest_ceilings_by_machine([ceilings_dir])
     assert machines["gpu-1"]["caches"] == {"L2": 50 * MiB}
@@ -271,6 +272,7 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
     ledger = gemm_ledger(1, 4096, 4096, "bf16")
     point = {
         "run_id": "g",
+        "kind": "gemm",
         "config_id": "weight_reuse/bf16/nn/m1_n4096_k4096",
         "sweep": "weight_reuse",
         "m": 1,
@@ -292,7 +294,7 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
         "g",
         {
             "runs": [run("g", "gemm", started)],
-            "gemm_points": [point],
+            "timed_points": [point],
         },
     )
     points = build_points([ceilings_dir], [gemm_dir]).rows

@@ -73,7 +73,7 @@ def _sweep(**overrides):
 
 def test_small_sweep_records_every_table(backend):
     tables = run_gemm_sweep(backend, "s", _sweep(), FAST)
-    points = tables["gemm_points"]
+    points = tables["timed_points"]
     assert len(points) == 2 * 2 * 2 * 2
     for point in points:
         ledger = gemm_ledger(point["m"], point["n"], point["k"], point["dtype"])
@@ -124,7 +124,7 @@ def test_a_sweep_checked_earlier_times_only_the_configurations_that_passed(backe
     passed = {"s/fp64/nt/m7_n33_k65", "s/fp32/nn/m1_n33_k65"}
     tables = run_gemm_sweep(backend, "s", _sweep(), FAST, passed_config_ids=passed)
     assert tables["correctness"] == []
-    timed = {(p["config_id"], p["cache_state"]) for p in tables["gemm_points"]}
+    timed = {(p["config_id"], p["cache_state"]) for p in tables["timed_points"]}
     assert timed == {(c, state) for c in passed for state in ("warm", "cold")}
     assert {s["config_id"] for s in tables["samples"]} == passed
 
@@ -152,7 +152,7 @@ def test_broken_matmul_is_recorded_and_not_timed(broken, metric):
     tables = run_gemm_sweep(broken(), "s", _sweep(m=[5], dtypes=["fp64"], layouts=["nn"]), FAST)
     failed = {row["metric"] for row in tables["correctness"] if not row["passed"]}
     assert metric in failed
-    assert tables["gemm_points"] == [] and tables["samples"] == []
+    assert tables["timed_points"] == [] and tables["samples"] == []
 
 
 class EventLog(CpuBackend):
@@ -254,8 +254,8 @@ def test_cli_measure_gemm_writes_one_run(tmp_path):
     assert result.returncode == 0, result.stderr
     (run_dir,) = out.iterdir()
     tables = read_run(run_dir)
-    assert set(tables) == {"runs", "conditions", "samples", "gemm_points", "correctness"}
-    assert tables["gemm_points"].num_rows == 4
+    assert set(tables) == {"runs", "conditions", "samples", "timed_points", "correctness"}
+    assert tables["timed_points"].num_rows == 4
     assert set(tables["runs"].column("run_id").to_pylist()) == {run_dir.name}
 
 
@@ -383,8 +383,8 @@ def test_a_sweep_is_timed_in_rounds_spread_over_the_run(backend):
     for row in samples:
         key = (row["config_id"], row["cache_state"])
         times.setdefault(key, {}).setdefault(row["round"], []).append(row)
-    assert len(tables["gemm_points"]) == len(times) == 4
-    for point in tables["gemm_points"]:
+    assert len(tables["timed_points"]) == len(times) == 4
+    for point in tables["timed_points"]:
         by_round = times[(point["config_id"], point["cache_state"])]
         assert sorted(by_round) == [0, 1, 2] and point["n_rounds"] == 3
         every = [r for rows in by_round.values() for r in rows]

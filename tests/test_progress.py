@@ -23,7 +23,7 @@ from rooflab.experiments.ceiling_plan import (
     planned_sweep_point_s,
     planned_work,
 )
-from rooflab.experiments.gemm import planned_timing_s
+from rooflab.experiments.timed_cases import planned_timing_s
 from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import ENV, Eta, Progress, TerminalLine, duration
 from rooflab.workflow import progress_on_terminal

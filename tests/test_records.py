@@ -33,13 +33,13 @@ def test_write_run_is_one_folder_of_parquet_files(tmp_path):
             "round": 0,
         }
     ]
-    run_dir = write_run(tmp_path, run_id, {"samples": rows, "gemm_points": []})
+    run_dir = write_run(tmp_path, run_id, {"samples": rows, "timed_points": []})
     assert run_dir == tmp_path / run_id
-    assert sorted(p.name for p in run_dir.iterdir()) == ["gemm_points.parquet", "samples.parquet"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["samples.parquet", "timed_points.parquet"]
     assert [p.name for p in tmp_path.iterdir()] == [run_id]  # no partial folder left
     tables = read_run(run_dir)
     assert tables["samples"].to_pylist() == rows
-    assert tables["gemm_points"].schema == TABLES["gemm_points"]  # typed even when empty
+    assert tables["timed_points"].schema == TABLES["timed_points"]  # typed even when empty
     assert pq.read_schema(run_dir / "samples.parquet") == TABLES["samples"]
 
 
@@ -53,7 +53,7 @@ def test_write_run_is_one_folder_of_parquet_files(tmp_path):
 def test_bad_rows_write_nothing(tmp_path, rows, says):
     good = [{"run_id": "r", "config_id": "c", "cache_state": "warm", "n_samples": 3}]
     with pytest.raises(RecordError, match=re.escape(says)):
-        write_run(tmp_path, "r", {"gemm_points": good, "samples": rows})
+        write_run(tmp_path, "r", {"timed_points": good, "samples": rows})
     assert list(tmp_path.iterdir()) == []
 
 

@@ -758,7 +758,7 @@ HISTORY_RUNS, LONG_HISTORY_RUNS = 12, 200
 
 
 def _scale_config(tables, config_id: str, factor: float) -> None:
-    for row in tables.get("gemm_points", []) + tables.get("samples", []):
+    for row in tables.get("timed_points", []) + tables.get("samples", []):
         if row["config_id"] == config_id:
             for key in ("median_s", "p25_s", "p75_s", "seconds"):
                 if row.get(key) is not None:
@@ -781,7 +781,7 @@ def _history(store, tmp_path_factory, runs: int) -> dict:
     source = store.parent
     (ceilings_run,) = sorted((source / "ceilings" / "runs").iterdir())
     (gemm_run,) = sorted((source / "sweeps" / "tiny" / "runs").iterdir())
-    configs = sorted({row["config_id"] for row in read_run(gemm_run)["gemm_points"].to_pylist()})
+    configs = sorted({row["config_id"] for row in read_run(gemm_run)["timed_points"].to_pylist()})
     slower, faster, failing = configs[0], configs[-1], configs[len(configs) // 2]
     results = tmp_path_factory.mktemp("history") / "results"
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -1041,7 +1041,7 @@ def disturbed_report(tmp_path_factory):
         (run,) = tables["runs"]
         run.update(schema_version=2, busy_warning=HOSTILE_WARNING, busy_other_cpus=2.1)
         _judged(
-            tables["gemm_points"],
+            tables["timed_points"],
             lambda row: (row["config_id"], row["cache_state"]) == target,
             DISTURBED_REASON,
         )
@@ -1051,7 +1051,7 @@ def disturbed_report(tmp_path_factory):
             {"run_id": point["run_id"], "config_id": point["config_id"]}
             | {"cache_state": point["cache_state"], "sample_idx": i}
             | {"seconds": point["median_s"] * factor, "disturbed": disturbed}
-            for point in tables["gemm_points"]
+            for point in tables["timed_points"]
             for i, (factor, disturbed) in enumerate(
                 [(f, point["disturbed"]) for f in (0.98, 0.99, 1.0, 1.01, 1.02)] + [(10.0, True)]
             )

@@ -78,7 +78,7 @@ def _store(results: Path) -> Path:
 
 def _scale(tables, config_ids, factor: float) -> None:
     """Every time of these configurations `factor` times as long (a ceiling: its rate divided)."""
-    for row in tables.get("gemm_points", []) + tables.get("samples", []):
+    for row in tables.get("timed_points", []) + tables.get("samples", []):
         if row["config_id"] in config_ids:
             for key in ("median_s", "p25_s", "p75_s", "seconds"):
                 if row.get(key) is not None:
@@ -117,14 +117,14 @@ def stores(tmp_path_factory, quick_ceilings_run):
     one_report = build_report(one_db, one.parent / "report", images=False)
 
     second = _measure_gemm(root)
-    points = read_run(second)["gemm_points"].to_pylist()
+    points = read_run(second)["timed_points"].to_pylist()
     configs = sorted({row["config_id"] for row in points})
     slower, same, faster = configs[0], configs[1], configs[-1]
 
     def changed(tables):
         _scale(tables, {slower}, 2.0)
         _scale(tables, {faster}, 0.5)
-        for row in tables["gemm_points"]:
+        for row in tables["timed_points"]:
             if (row["config_id"], row["cache_state"]) == (same, "warm"):
                 row["disturbed"] = True
 

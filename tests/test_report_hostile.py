@@ -193,7 +193,7 @@ def _renamed(sweep: str, factor: float, fail: bool = False):
                 config_id = row.get("config_id")
                 if isinstance(config_id, str) and config_id.startswith("tiny/"):
                     row["config_id"] = sweep + config_id.removeprefix("tiny")
-        for row in tables.get("gemm_points", []) + tables.get("samples", []):
+        for row in tables.get("timed_points", []) + tables.get("samples", []):
             for key in ("median_s", "p25_s", "p75_s", "min_s", "seconds"):
                 if row.get(key) is not None:
                     row[key] *= factor

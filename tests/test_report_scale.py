@@ -46,7 +46,7 @@ SLOWER_SWEEP = "sweep003"
 
 def _twice_as_slow(run_dir: Path) -> None:
     for table, columns in (
-        ("gemm_points", ("median_s", "p25_s", "p75_s")),
+        ("timed_points", ("median_s", "p25_s", "p75_s")),
         ("samples", ("seconds",)),
     ):
         path = run_dir / f"{table}.parquet"

@@ -94,6 +94,7 @@ def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
     assert ceilings["A"]["caches"] == CACHES
     ledger = gemm_ledger(1, 1024, 1024, "fp64")
     point = {
+        "kind": "gemm",
         "config_id": "s/fp64/nn/m1_n1024_k1024",
         "sweep": "s",
         "m": 1,
@@ -111,7 +112,7 @@ def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
         "A",
         "gemm",
         datetime(2026, 3, 1, tzinfo=UTC),
-        gemm_points=[
+        timed_points=[
             {**point, "run_id": "g-a", "cache_state": state} for state in ("warm", "cold")
         ],
     )
@@ -121,7 +122,7 @@ def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
         "B",
         "gemm",
         datetime(2026, 3, 1, tzinfo=UTC),
-        gemm_points=[{**point, "run_id": "g-b", "cache_state": "cold"}],
+        timed_points=[{**point, "run_id": "g-b", "cache_state": "cold"}],
     )
     points = roofline_points([gemm_a, gemm_b], ceilings)
     assert {p["run_id"] for p in points} == {"g-a"}  # machine B has no ceilings: no points
@@ -150,6 +151,7 @@ def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path)
             gemm_points.append(
                 {
                     "run_id": "g",
+                    "kind": "gemm",
                     "config_id": f"s/{dtype}/nn/m1_n256_k256",
                     "cache_state": state,
                     "m": 1,
@@ -162,7 +164,7 @@ def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path)
                 }
             )
     gemm = _run(
-        tmp_path, "g", "A", "gemm", datetime(2026, 2, 1, tzinfo=UTC), gemm_points=gemm_points
+        tmp_path, "g", "A", "gemm", datetime(2026, 2, 1, tzinfo=UTC), timed_points=gemm_points
     )
     points = roofline_points([gemm], ceilings)
     assert [(p["config_id"], p["cache_state"], p["level"]) for p in points] == [

@@ -17,7 +17,7 @@ import pytest
 
 from rooflab import store
 from rooflab.cli import main
-from rooflab.records import MEASURED_TABLES, TABLES
+from rooflab.records import MEASURED_TABLES, POINT_VIEWS, TABLES
 from rooflab.store import (
     QueryError,
     RunsSetAside,
@@ -116,7 +116,8 @@ def test_empty_store_has_every_table_and_view(results, db):
     for name in [*TABLES, *store.VIEWS_SQL]:
         assert query(db, f"SELECT * FROM {name}").num_rows == 0
     columns = query(db, "SELECT * FROM gemm_points").column_names
-    assert columns == TABLES["gemm_points"].names
+    assert columns == POINT_VIEWS["gemm_points"][1]  # the table it was until schema 6
+    assert query(db, "SELECT * FROM timed_points").column_names == TABLES["timed_points"].names
 
 
 def test_ingest_twice_adds_nothing(results, db):
@@ -267,7 +268,7 @@ def test_corrupt_parquet_is_named_and_nothing_of_its_run_is_stored(results, db):
 )
 def test_a_run_folder_cannot_hold_a_table_of_a_reserved_or_odd_name(results, db, name):
     run_dir = gemm_run(results)
-    pq.write_table(pq.read_table(run_dir / "gemm_points.parquet"), run_dir / f"{name}.parquet")
+    pq.write_table(pq.read_table(run_dir / "timed_points.parquet"), run_dir / f"{name}.parquet")
     with pytest.raises(StoreError, match=f"cannot hold a table named '{name}'"):
         ingest(db, results)
     assert store_row_counts(db) == dict.fromkeys(MEASURED_TABLES, 0)
@@ -295,11 +296,11 @@ def test_a_failure_while_storing_a_run_rolls_all_of_it_back(results, db, monkeyp
 
 def test_a_column_of_the_wrong_type_is_named(results, db):
     run_dir = gemm_run(results)
-    points = pq.read_table(run_dir / "gemm_points.parquet")
+    points = pq.read_table(run_dir / "timed_points.parquet")
     index = points.column_names.index("median_s")
     wrong = pa.array(["fast"] * points.num_rows)
-    pq.write_table(points.set_column(index, "median_s", wrong), run_dir / "gemm_points.parquet")
-    with pytest.raises(StoreError, match=r"gemm_points\.parquet: column median_s does not fit"):
+    pq.write_table(points.set_column(index, "median_s", wrong), run_dir / "timed_points.parquet")
+    with pytest.raises(StoreError, match=r"timed_points\.parquet: column median_s does not fit"):
         ingest(db, results)
     assert store_row_counts(db) == dict.fromkeys(MEASURED_TABLES, 0)
 
@@ -308,12 +309,12 @@ def test_columns_of_a_newer_schema_are_added(results, db):
     old = gemm_run(results)
     ingest(db, results)
     newer = gemm_run(results, started_at=T0 + timedelta(hours=1))
-    points = pq.read_table(newer / "gemm_points.parquet")
+    points = pq.read_table(newer / "timed_points.parquet")
     with_energy = points.append_column("energy_j", pa.array([0.5] * points.num_rows))
-    pq.write_table(with_energy, newer / "gemm_points.parquet")
+    pq.write_table(with_energy, newer / "timed_points.parquet")
     report = ingest(db, results)
-    assert report.added_columns == ["gemm_points.energy_j"]
-    energy = rows(db, "SELECT run_id, count(energy_j) AS n FROM gemm_points GROUP BY 1")
+    assert report.added_columns == ["timed_points.energy_j"]
+    energy = rows(db, "SELECT run_id, count(energy_j) AS n FROM timed_points GROUP BY 1")
     assert {r["run_id"]: r["n"] for r in energy} == {old.name: 0, newer.name: 4}
 
 
@@ -556,7 +557,7 @@ def test_every_timed_point_without_a_roofline_point_is_named_with_why(results):
     beta_gemm = gemm_run(results, machine_id="m-beta", started_at=T0 + timedelta(hours=2))
     points = build_points([beta], [alpha_gemm, beta_gemm])
     assert points.model == []
-    timed = pq.read_table(alpha_gemm / "gemm_points.parquet").num_rows
+    timed = pq.read_table(alpha_gemm / "timed_points.parquet").num_rows
     assert len(points.dropped) == 2 * timed
     alpha, beta = points.dropped[:timed], points.dropped[timed:]
     assert {(d["reason"], d["why"]) for d in alpha} == {

@@ -18,7 +18,7 @@ import rooflab.store.versions as versions
 from rooflab.backends.cpu import CpuBackend
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
-from rooflab.records import SCHEMA_VERSION, TABLES, write_run
+from rooflab.records import POINT_VIEWS, SCHEMA_VERSION, TABLES, write_run
 from rooflab.store import RunsSetAside, StoreError, ingest, query, rebuild
 from rooflab.store.connection import VERSION_TABLE, StoreTooNew
 from tests.conftest import run_rooflab
@@ -58,6 +58,8 @@ def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest
         tables = {row[0] for row in raw.execute("SHOW TABLES").fetchall()}
         assert VERSION_TABLE not in tables  # written before the store kept its version
         (old_run,) = raw.execute("SELECT run_id FROM runs WHERE schema_version = 5").fetchall()
+        old_points = raw.sql("SELECT * FROM gemm_points ORDER BY ALL").to_arrow_table()
+    assert "gemm_points" in tables and "timed_points" not in tables and old_points.num_rows == 8
     # an older store opens for reading as it is
     assert [r["run_id"] for r in query(db, "SELECT run_id FROM runs").to_pylist()] == [old_run[0]]
     report = ingest(db, measured)
@@ -68,6 +70,35 @@ def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest
     for name, schema in TABLES.items():  # every table has every column of this rooflab
         have = {r["column_name"] for r in query(db, f"DESCRIBE {name}").to_pylist()}
         assert set(schema.empty_table().column_names) <= have, name
+    # 6: its GEMM points moved into timed_points (kind gemm); gemm_points is a view of them with
+    # the same columns and values
+    columns = ", ".join(old_points.column_names)
+    where = f"WHERE run_id = '{old_run[0]}' ORDER BY ALL"
+    moved = query(db, f"SELECT {columns} FROM gemm_points {where}")
+    assert moved.to_pylist() == old_points.to_pylist()
+    kinds = query(db, "SELECT kind, count(*) AS n FROM timed_points GROUP BY kind").to_pylist()
+    assert kinds == [{"kind": "gemm", "n": 8 + 1}]  # and the new run's one point
+    assert query(db, "SELECT count(*) AS n FROM workload_points").to_pylist() == [{"n": 0}]
+    views = query(db, "SELECT view_name FROM duckdb_views() WHERE NOT internal").column(0)
+    assert {"gemm_points", "workload_points"} <= set(views.to_pylist())
+
+
+def test_a_run_folder_written_before_schema_6_is_read_into_timed_points(tmp_path, measured):
+    """A run folder of rooflab at schema 5 holds gemm_points.parquet: ingest and rebuild read it
+    as timed_points of kind gemm."""
+    results = tmp_path / "results"
+    shutil.copytree(measured, results)
+    (points_file,) = results.glob("sweeps/v/runs/*/timed_points.parquet")
+    points = pq.read_table(points_file)
+    gemm_columns = POINT_VIEWS["gemm_points"][1]
+    pq.write_table(points.select(gemm_columns), points_file.with_name("gemm_points.parquet"))
+    points_file.unlink()
+    for store in (ingest, rebuild):
+        db = tmp_path / f"{store.__name__}.duckdb"
+        store(db, results)
+        stored = query(db, "SELECT * FROM timed_points").to_pylist()
+        assert [row["kind"] for row in stored] == ["gemm"]
+        assert {c: stored[0][c] for c in gemm_columns} == points.select(gemm_columns).to_pylist()[0]
 
 
 def test_migration_steps_run_once_in_order_up_to_this_version(tmp_path, measured, monkeypatch):

@@ -61,7 +61,7 @@ def campaign(tmp_path_factory):
     runs.append(placed)
     failing, too_large = "sweep000/fp64/nn/m1_n256_k256", "sweep000/fp64/nn/m32_n256_k256"
     _edit(placed, "correctness", "passed", failing, lambda _: False)
-    _edit(placed, "gemm_points", "flops", too_large, lambda flops: 100 * flops)
+    _edit(placed, "timed_points", "flops", too_large, lambda flops: 100 * flops)
 
     analysis = analyse_results(results)
     write_analysis(analysis, results / "roofline")

@@ -327,7 +327,7 @@ def test_killed_measuring_job_leaves_no_rows(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     kept = [d for d in (workdir / "results" / "sweeps" / "a" / "local" / "runs").iterdir()]
-    assert [d for d in kept if (d / "gemm_points.parquet").exists()] == []  # timing wrote nothing
+    assert [d for d in kept if (d / "timed_points.parquet").exists()] == []  # timing wrote nothing
     result = run_rooflab(
         "store",
         "ingest",

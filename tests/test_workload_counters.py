@@ -1,5 +1,5 @@
 """Hardware counters of your own kernels (issue 28): each selected case's run() once inside its
-NVTX range in a child (`profiled_workload`), perf or ncu around it, the counted FLOPs calibrated
+NVTX range in a child (`experiments.profiled`), perf or ncu around it, the counted FLOPs calibrated
 against the FLOPs the case's ledger says it executes, fail closed as for GEMMs.
 
 The timing run is real (this machine's CPU); perf runs for real where installed; ncu is the
@@ -20,11 +20,11 @@ from rooflab.backends.selection import select_backend
 from rooflab.config import ConfigError, validate_config
 from rooflab.counters.ncu import DRAM_READ, DRAM_WRITE, L2_BYTES
 from rooflab.counters.points import calibrate_ledger, hierarchical_points, ledger_flops, pair
-from rooflab.experiments.counter_targets import case_target, select_cases
+from rooflab.experiments.counter_targets import count_target, select_cases
 from rooflab.experiments.counters import CounterSettings, counters_status, run_workload_counters
-from rooflab.experiments.profiled_workload import child_command
+from rooflab.experiments.profiled import child_command
 from rooflab.experiments.timing import TimingSettings
-from rooflab.experiments.workload_cases import run_workload
+from rooflab.experiments.workload_cases import WorkloadCase, run_workload
 from rooflab.records import read_run, to_table, write_run
 from rooflab.roofline import counter_points
 from rooflab.workloads import Case
@@ -55,14 +55,17 @@ def timed(tmp_path_factory):
     tables = run_workload(backend, NAME, SPEC, timing)
     results = tmp_path_factory.mktemp("workload_counters")
     run_dir = write_run(results / "runs", tables["runs"][0]["run_id"], tables)
-    points = {(p["config_id"], p["cache_state"]): p for p in tables["workload_points"]}
+    points = {(p["config_id"], p["cache_state"]): p for p in tables["timed_points"]}
     return {"backend": backend, "run_dir": run_dir, "results": results, "points": points}
 
 
 def test_the_child_runs_one_case_inside_its_counters_range():
     case = Case(NAME, "fp32", {"blocks": 2, "k": 8, "n": 32})
     done = subprocess.run(
-        child_command(case, ENTRY, 0, "cpu", 1), capture_output=True, text=True, timeout=120
+        child_command(WorkloadCase(case, SPEC), "cpu", 1),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout.strip().splitlines()[-1])
@@ -76,7 +79,7 @@ def test_the_child_runs_one_case_inside_its_counters_range():
 def test_a_child_whose_workload_cannot_be_built_says_so_in_one_line():
     case = Case(NAME, "fp32", {"n": 32})
     done = subprocess.run(
-        child_command(case, "no_such_module:f", 0, "cpu", 1),
+        child_command(WorkloadCase(case, {**SPEC, "entry": "no_such_module:f"}), "cpu", 1),
         capture_output=True,
         text=True,
         timeout=120,
@@ -90,17 +93,21 @@ def test_a_child_whose_workload_cannot_be_built_says_so_in_one_line():
 
 def test_cases_are_chosen_like_a_sweeps_configurations():
     every = {f"dense/fp32/blocks2_k8_n{n}" for n in (32, 64, 128)}
-    chosen = select_cases(NAME, SPEC, every, CounterSettings(max_configs=2))
+    chosen = select_cases("workload", NAME, SPEC, every, CounterSettings(max_configs=2))
     assert [c.config_id for c in chosen.configs] == [
         "dense/fp32/blocks2_k8_n32",
         "dense/fp32/blocks2_k8_n128",
     ]
     one = select_cases(
-        NAME, SPEC, every - {"dense/fp32/blocks2_k8_n128"}, CounterSettings(max_configs=1)
+        "workload",
+        NAME,
+        SPEC,
+        every - {"dense/fp32/blocks2_k8_n128"},
+        CounterSettings(max_configs=1),
     )
     assert [c.config_id for c in one.configs] == ["dense/fp32/blocks2_k8_n64"]  # timed only
     listed = ("dense/fp32/blocks2_k8_n64", "dense/fp32/blocks2_k8_n99", "other/fp32/n1")
-    chosen = select_cases(NAME, SPEC, every, CounterSettings(configs=listed))
+    chosen = select_cases("workload", NAME, SPEC, every, CounterSettings(configs=listed))
     assert [c.config_id for c in chosen.configs] == ["dense/fp32/blocks2_k8_n64"]
     assert chosen.skipped == [
         ("dense/fp32/blocks2_k8_n99", "not a configuration of workload dense")
@@ -109,16 +116,19 @@ def test_cases_are_chosen_like_a_sweeps_configurations():
 
 def test_a_case_is_calibrated_against_what_its_ledger_says_it_executes():
     case = Case(NAME, "fp32", {"blocks": 2, "k": 8, "n": 64})
-    dense = {"flops": 2 * 64 * 32 * 8, "executed_flops": 2 * 64 * 64 * 8}
-    target = case_target(case, dense, SPEC, "cuda", 3)
+    row = {"kind": "workload", "dtype": "fp32"}
+    dense = row | {"flops": 2 * 64 * 32 * 8, "executed_flops": 2 * 64 * 64 * 8}
+    target = count_target(WorkloadCase(case, SPEC), dense, "cuda", 3)
     assert (target.compute_path, target.expected_flops) == ("fp32_fma", 2 * 64 * 64 * 8)
     assert target.ledger == "executed FLOPs" and target.shape is None
-    assert target.child[target.child.index("--entry") + 1] == ENTRY
-    assert json.loads(target.child[target.child.index("--params") + 1]) == case.params
-    useful_only = case_target(case, {"flops": 100, "executed_flops": None}, SPEC, "cuda", 3)
+    said = json.loads(target.child[target.child.index("--case") + 1])
+    assert (said["entry"], said["params"], said["kind"]) == (ENTRY, case.params, "workload")
+    useful = row | {"flops": 100, "executed_flops": None}
+    useful_only = count_target(WorkloadCase(case, SPEC), useful, "cuda", 3)
     assert (useful_only.expected_flops, useful_only.ledger) == (100, "useful FLOPs")
     # a fp64 workload is judged against the FMA chains on a GPU too, never the DMMA tensor path
-    fp64 = case_target(Case(NAME, "fp64", {}), {"flops": 1}, SPEC, "cuda", 3)
+    fp64_row = {"kind": "workload", "dtype": "fp64", "flops": 1}
+    fp64 = count_target(WorkloadCase(Case(NAME, "fp64", {}), SPEC), fp64_row, "cuda", 3)
     assert fp64.compute_path == "fp64_fma"
 
 
@@ -259,8 +269,8 @@ def test_a_calibration_admits_only_the_ledger_of_its_own_timing(timed):
 
 
 def test_the_workload_child_is_a_module_of_this_python():
-    command = child_command(Case("w", "fp32", {"n": 1}), "m:f", 0, "cpu", 0)
-    assert command[:3] == [sys.executable, "-m", "rooflab.experiments.profiled_workload"]
+    command = child_command(WorkloadCase(Case("w", "fp32", {"n": 1}), {"entry": "m:f"}), "cpu", 0)
+    assert command[:3] == [sys.executable, "-m", "rooflab.experiments.profiled"]
 
 
 def test_cli_measure_counters_of_a_workload(timed, tmp_path, capsys):

@@ -65,7 +65,7 @@ def test_the_docs_example_is_checked_and_timed_warm_and_cold(tmp_path):
     (run,) = (tmp_path / "runs").iterdir()
     import pyarrow.parquet as pq
 
-    for point in pq.read_table(run / "workload_points.parquet").to_pylist():
+    for point in pq.read_table(run / "timed_points.parquet").to_pylist():
         n = json.loads(point["params"])["n"]
         cold = point["cache_state"] == "cold"
         # cold: the declared arrays x and y evicted by themselves, not a buffer flushed
@@ -99,7 +99,7 @@ def test_a_case_whose_check_fails_is_recorded_and_not_timed(tmp_path):
     (run,) = (tmp_path / "runs").iterdir()
     import pyarrow.parquet as pq
 
-    assert pq.read_table(run / "workload_points.parquet").num_rows == 0  # never timed
+    assert pq.read_table(run / "timed_points.parquet").num_rows == 0  # never timed
     assert pq.read_table(run / "correctness.parquet").to_pylist()[0]["passed"] is False
 
 
@@ -304,7 +304,7 @@ def test_a_kernel_that_goes_wrong_while_timed_is_stored_failed_and_left_off_the_
     assert [c["passed"] for c in checks] == [True, False]  # before the timing, and after it
     # caught by the check after its first (warm) round, not only at the end: cold is not timed
     assert checks[1]["detail"].endswith("again after its warm timing round 1")
-    points = tables["workload_points"].to_pylist()
+    points = tables["timed_points"].to_pylist()
     assert [p["cache_state"] for p in points] == ["warm"]  # its timing is kept ...
     _, ceilings = quick_ceilings_run
     analysis = build_analysis([ceilings], [run])
@@ -391,7 +391,7 @@ def test_a_factory_that_sets_blas_threads_changes_only_its_own_case(tmp_path):
 
     threads = {
         (p["params"], p["cache_state"]): p["threads"]
-        for p in read_run(run)["workload_points"].to_pylist()
+        for p in read_run(run)["timed_points"].to_pylist()
     }
     usable = len(os.sched_getaffinity(0))
     # the case that set 1 thread ran (and is stored) with 1; the case after it with them all

@@ -22,4 +22,4 @@ receipt = keep_run(
     correctness_run_id=checked["run_id"],
     skipped_failed=checked["failed"],
 )
-log.info("kept run %s: %d points", receipt["run_id"], len(tables["gemm_points"]))
+log.info("kept run %s: %d points", receipt["run_id"], len(tables["timed_points"]))

@@ -19,4 +19,4 @@ failed = sorted(row["config_id"] for row in tables["correctness"] if not row["pa
 for config_id in failed:
     log.warning("%s failed its check; it was not timed", config_id)
 receipt = keep_run(tables, snakemake.output.receipt, failed=failed)
-log.info("kept run %s: %d points", receipt["run_id"], len(tables["workload_points"]))
+log.info("kept run %s: %d points", receipt["run_id"], len(tables["timed_points"]))

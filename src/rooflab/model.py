@@ -152,6 +152,11 @@ class GemmLedger:
         return work_unit(self.x_dtype, self.w_dtype)
 
 
+def gemm_flops(m: int, n: int, k: int) -> int:
+    """A GEMM's work: a multiply and an add per (m, n, k), 2MNK (FLOP; OP for integers)."""
+    return 2 * m * n * k
+
+
 def gemm_ledger(
     m: int,
     n: int,
@@ -189,7 +194,7 @@ def gemm_ledger(
         x_dtype=x_dtype,
         w_dtype=w_dtype,
         y_dtype=y_dtype,
-        flops=2 * m * n * k,
+        flops=gemm_flops(m, n, k),
         bytes_x=tensor_bytes(x_dtype, m * k),
         bytes_w=tensor_bytes(w_dtype, k * n),
         bytes_y_write=tensor_bytes(y_dtype, m * n),

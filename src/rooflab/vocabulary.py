@@ -77,6 +77,14 @@ def workload_compute_path(dtype: str) -> str | None:
     return f"{dtype}_fma" if dtype in ("fp64", "fp32", "fp16") else None
 
 
+def point_compute_path(backend: str | None, point) -> str | None:
+    """The compute roof of a timed point (a timed_points row): a GEMM's dtype's path on its
+    backend, a workload case's its dtype's FMA chains."""
+    if point["kind"] == "workload":
+        return workload_compute_path(point["dtype"])
+    return compute_path(backend, point["dtype"])
+
+
 def fma_path_name(dtype: str, isa: str | None, widest: bool) -> str:
     """The FMA ceiling of a dtype on an instruction path: `fp64_fma` for the dtype's widest path
     (its default roof, the one its GEMMs and workloads are judged against), `fp64_fma_avx2` for a

@@ -281,7 +281,7 @@ def test_a_tiny_weight_reuse_sweep_of_fp8_and_int8(lt, cuda):
     for name, rows in tables.items():
         to_table(name, rows)
     assert tables["correctness"] and all(r["passed"] for r in tables["correctness"])
-    points = tables["gemm_points"]
+    points = tables["timed_points"]
     assert len(points) == 3 * 2 * 2
     for point in points:
         ledger = lt_gemm_ledger(point["m"], point["n"], point["k"], point["dtype"])

@@ -274,7 +274,7 @@ def test_small_sweep_end_to_end(cuda):
     for name, rows in tables.items():
         to_table(name, rows)
     assert all(r["passed"] for r in tables["correctness"])
-    points = tables["gemm_points"]
+    points = tables["timed_points"]
     assert len(points) == 2 * 2 * 2 * 2
     for point in points:
         assert point["median_s"] > 0 and point["n_samples"] >= 5

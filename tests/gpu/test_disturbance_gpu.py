@@ -27,7 +27,7 @@ HOLDER = "import cupy, time\ncupy.zeros(1)\nprint('ready', flush=True)\ntime.sle
 def test_a_quiet_device_gives_clean_points(cuda):
     assert cuda.gpu_other_processes() == 0, "another process holds this GPU: not a quiet device"
     tables = run_gemm_sweep(cuda, "quiet", SWEEP, TIMING)
-    for point in tables["gemm_points"]:
+    for point in tables["timed_points"]:
         assert point["gpu_other_processes"] == 0
         assert not point["disturbed"], point["disturbance"]
     assert all(c["gpu_other_processes"] == 0 for c in tables["conditions"])
@@ -51,7 +51,7 @@ def test_another_process_on_the_gpu_is_counted_waited_for_and_flagged(cuda):
             disturbance=DisturbanceSettings(quiet_wait_s=0),
         )
         tables = run_gemm_sweep(cuda, "shared", SWEEP, timing)
-        for point in tables["gemm_points"]:
+        for point in tables["timed_points"]:
             assert point["disturbed"] and point["gpu_other_processes"] == 1
             assert "1 other process(es) used the GPU" in point["disturbance"]
     finally:

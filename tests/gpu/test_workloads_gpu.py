@@ -43,11 +43,11 @@ def test_fusion_is_timed_warm_and_cold_with_a_third_of_the_bytes(cuda):
         for name in ("relu_axpb_unfused", "relu_axpb_fused")
     }
     for rows in tables.values():
-        points = rows["workload_points"]
+        points = rows["timed_points"]
         assert [p["cache_state"] for p in points] == ["warm", "cold"]
         assert all(p["median_s"] > 0 and p["n_samples"] >= 5 for p in points)
     unfused, fused = (
-        tables[n]["workload_points"][0] for n in ("relu_axpb_unfused", "relu_axpb_fused")
+        tables[n]["timed_points"][0] for n in ("relu_axpb_unfused", "relu_axpb_fused")
     )
     assert fused["flops"] == unfused["flops"] and 3 * fused["bytes_model"] == unfused["bytes_model"]
 
@@ -70,7 +70,7 @@ def test_ncu_counts_what_the_ledger_says_each_case_executes(cuda, name, tmp_path
     if status == "unavailable":
         pytest.skip(f"ncu could not count here: {reason}")
     assert status == "ok", reason
-    (point,) = timing["workload_points"]
+    (point,) = timing["timed_points"]
     (cal,) = tables["counter_calibration"]
     assert cal["compute_path"] == "fp32_fma"
     assert cal["expected_flops"] == (point["executed_flops"] or point["flops"])

@@ -82,13 +82,13 @@ def cmd_measure_gemm(args) -> None:
             "disturbance": p["disturbance"],
             "n_disturbed": p["n_disturbed"],
         }
-        for p in tables["gemm_points"]
+        for p in tables["timed_points"]
     ]
     if args.format == "table":
         for row in rows:
             del row["disturbance"]  # one line each on stderr below
     print_rows(rows, args.format)
-    _print_disturbance(tables, "gemm_points")
+    _print_disturbance(tables, "timed_points")
     for config_id in failed:
         print(
             f"rooflab: {config_id} failed its correctness check and was not timed", file=sys.stderr

@@ -72,14 +72,14 @@ def cmd_measure_workload(args) -> None:
         print(f"rooflab: wrote {run_dir}", file=sys.stderr)
     columns = ("config_id", "params", "dtype", "cache_state", "flops", "bytes_model")
     columns += ("executed_flops", "n_samples", "median_s", "achieved_flops_per_s", "disturbed")
-    rows = [{c: row.get(c) for c in columns} for row in tables["workload_points"]]
+    rows = [{c: row.get(c) for c in columns} for row in tables["timed_points"]]
     for row in rows:
         row["bytes"] = row.pop("bytes_model")
         row["intensity"] = row["flops"] / row["bytes"]
     print_rows(rows, args.format)
     for row in tables["correctness"]:
         if not row["passed"]:
-            timed = "again after" in row["detail"]  # workload_cases.AFTER_TIMING
+            timed = "again after" in row["detail"]  # timed_cases.AFTER_TIMING
             outcome = (
                 "after its timing: the timing is kept, never placed on the Roofline"
                 if timed

@@ -249,7 +249,7 @@ class Verdict:
         return "; ".join(self.reasons) or None
 
     def columns(self) -> dict:
-        """The columns every measurement row carries (gemm_points, ceilings, ceiling_sweep)."""
+        """The columns every measurement row carries (timed_points, ceilings, ceiling_sweep)."""
         return {
             "disturbed": self.disturbed,
             "disturbance": self.disturbance,

@@ -44,7 +44,7 @@ def perf_stat_command(
     """`perf stat -x, -e <events> [-o <file>] [-D -1 --control fifo:CTL,ACK] -- <child>`;
     `output_path` keeps perf's lines apart from the child's own stderr. With `control` (two
     fifos), perf starts with its events disabled and counts only while the child has them enabled
-    (`python -m rooflab.experiments.profiled_gemm --perf-control CTL,ACK` enables them around the
+    (`python -m rooflab.experiments.profiled --perf-control CTL,ACK` enables them around the
     measured call)."""
     events = [str(e) for e in events]
     if not events or any(not e.strip() for e in events):

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rooflab.model import hierarchical_bound
+from rooflab.model import gemm_flops, hierarchical_bound
 from rooflab.vocabulary import NCU_PAIRINGS
 
 LEVEL_ORDER = ("HBM", "DRAM", "L2", "L1")  # slowest first, as the hierarchical chart reads
@@ -69,8 +69,9 @@ def calibrate(
     """Trust a GEMM's counted FLOPs on a path only when they are within `tolerance` of 2MNK."""
     for name, value in (("m", m), ("n", n), ("k", k)):
         _positive(name, value)
+    flops = gemm_flops(m, n, k)
     return calibrate_ledger(
-        counted_flops, 2 * m * n * k, tolerance, path=path, ledger="2MNK", shape=(m, n, k)
+        counted_flops, flops, tolerance, path=path, ledger="2MNK", shape=(m, n, k)
     )
 
 
@@ -124,7 +125,7 @@ class Pairing:
     label: str  # stored with the point: which replay was paired with which timing
     cache_control: str
     cache_state: str
-    timing: dict  # the gemm_points row whose median is the point's time
+    timing: dict  # the timed_points row whose median is the point's time
 
 
 def pair(counter_record: Mapping, timings: Iterable[Mapping]) -> Pairing:
@@ -183,11 +184,8 @@ def bypassed_levels(counted: Mapping[str, float]) -> dict[str, str]:
 
 
 def ledger_flops(timing: Mapping) -> tuple[int, int]:
-    """A timing's (useful, executed) FLOPs: a GEMM's 2MNK both (from its shape); a workload
-    case's `flops`, and its `executed_flops` where it declared them (else the useful ones)."""
-    if timing.get("m") is not None:
-        flops = 2 * timing["m"] * timing["n"] * timing["k"]
-        return flops, flops
+    """A timing's (useful, executed) FLOPs from its ledger: `flops`, and `executed_flops` where
+    the case declared them (else the useful ones; a GEMM executes its 2MNK)."""
     flops = int(timing["flops"])
     return flops, int(timing.get("executed_flops") or flops)
 

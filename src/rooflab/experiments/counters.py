@@ -3,7 +3,7 @@ counters for a bounded list of its timed configurations (`experiments.counter_ta
 sweep's GEMMs, a workload's cases), calibrated and paired, or `unavailable` with the reason.
 
 - CUDA backend: each selected configuration runs once inside its NVTX range in a child process
-  (`python -m rooflab.experiments.profiled_gemm`, or `profiled_workload` for a workload's case)
+  (`python -m rooflab.experiments.profiled`, for a GEMM configuration or a workload's case)
   under `ncu`, once per cache control (`all`: caches flushed before each replay pass, pairs with
   the `cold` timing; `none`: pairs with `warm`). The metric list is queried for the machine's
   chip first (what it lacks is recorded as missing). Counters are summed over every kernel in
@@ -59,10 +59,8 @@ from rooflab.counters.points import PAIRINGS, PairingError, calibrate_ledger, pa
 from rooflab.counters.tool import Unavailable, run_tool
 from rooflab.experiments.counter_targets import (
     CountTarget,
-    case_target,
-    gemm_target,
+    count_target,
     select_cases,
-    select_configs,
 )
 from rooflab.experiments.runs import measuring_run
 from rooflab.progress import Progress
@@ -147,15 +145,7 @@ def run_counters(
 
     Holds the machine lock (experiments.machine_lock) throughout: one measurement at a time."""
 
-    def targets(timings: list[dict]) -> tuple[list[CountTarget], list[tuple[str, str]]]:
-        selection = select_configs(sweep_name, sweep, {t["config_id"] for t in timings}, settings)
-        warmup, seed = settings.warmup_calls, sweep["seed"]
-        chosen = [gemm_target(c, seed, backend.name, warmup) for c in selection.configs]
-        return chosen, selection.skipped
-
-    return _count(
-        backend, sweep_name, "sweep", sweep, settings, timing_run_dir, targets, tool, run_id
-    )
+    return _count(backend, sweep_name, "sweep", sweep, settings, timing_run_dir, tool, run_id)
 
 
 def run_workload_counters(
@@ -173,20 +163,22 @@ def run_workload_counters(
     the case as the timing run did; ncu's FLOPs calibrated against the FLOPs its ledger says
     it executes."""
 
-    def targets(timings: list[dict]) -> tuple[list[CountTarget], list[tuple[str, str]]]:
-        selection = select_cases(name, spec, {t["config_id"] for t in timings}, settings)
-        row = {t["config_id"]: t for t in timings}
-        chosen = [
-            case_target(case, row[case.config_id], spec, backend.name, settings.warmup_calls)
-            for case in selection.configs
-        ]
-        return chosen, selection.skipped
-
-    return _count(backend, name, "workload", spec, settings, timing_run_dir, targets, tool, run_id)
+    return _count(backend, name, "workload", spec, settings, timing_run_dir, tool, run_id)
 
 
-def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, run_id) -> dict:
-    """The step for a sweep or a workload (`kind`), its targets chosen by `targets(timings)`."""
+def _targets(backend, name, kind, spec, settings, timings) -> tuple[list[CountTarget], list]:
+    """The cases to count (counter_targets) with their children, and those skipped, with why."""
+    row = {t["config_id"]: t for t in timings}
+    selection = select_cases(kind, name, spec, set(row), settings)
+    chosen = [
+        count_target(case, row[case.config_id], backend.name, settings.warmup_calls)
+        for case in selection.configs
+    ]
+    return chosen, selection.skipped
+
+
+def _count(backend, name, kind, spec, settings, timing_run_dir, tool, run_id) -> dict:
+    """The step for a sweep or a workload (`kind`)."""
     tool = tool or ("ncu" if backend.name == "cuda" else "perf")
     if tool not in TOOLS:
         raise ValueError(f"tool must be one of {TOOLS}, got {tool!r}")
@@ -198,7 +190,7 @@ def _count(backend, name, kind, spec, settings, timing_run_dir, targets, tool, r
         timing = read_run(timing_run_dir)
         (timing_run,) = timing["runs"].to_pylist()
         timings = [{**p, "machine_id": timing_run["machine_id"]} for p in timed_rows(timing)]
-        chosen, skipped = targets(timings)
+        chosen, skipped = _targets(backend, name, kind, spec, settings, timings)
         common = {"tool": tool}
         for config_id, why in skipped:
             tables["counters"].append(status_row(run_id, config_id, "skipped", why, **common))

@@ -1,7 +1,18 @@
-"""The one measured call of a counters child (`profiled_gemm`, `profiled_workload`): warm-up calls
-outside any range, then exactly one call and the synchronisation after it inside the NVTX range
-`counters_range(config_id)`, so a profiler filtering on it sees that work's kernels and nothing
-else (no flush kernel, no timing hold).
+"""The child a profiler runs: one timed case (a sweep's GEMM configuration, a workload's case),
+built as its timing run built it (same shape or params, dtype and seed, so the same inputs), then
+warm-up calls outside any range, and exactly one call and the synchronisation after it inside the
+NVTX range `counters_range(config_id)`, so a profiler filtering on it sees that work's kernels and
+nothing else (no flush kernel, no timing hold).
+
+    python -m rooflab.experiments.profiled --case '{"kind": "gemm", "sweep": "main", "m": 64,
+        "n": 4096, "k": 4096, "dtype": "bf16", "layout": "nn", "seed": 0}' \
+        [--warmup 3] [--backend cuda] [--perf-control CTL,ACK]
+    python -m rooflab.experiments.profiled --case '{"kind": "workload", "workload": "fused",
+        "entry": "rooflab.workloads.builtin:relu_axpb_fused", "dtype": "fp32",
+        "params": {"n": 1048576}, "seed": 0}'
+
+Prints one JSON line naming the range. A case that cannot be built is one line on stderr and exit
+status 2.
 
 `--perf-control CTL,ACK` does for `perf stat` what the NVTX range does for ncu: perf starts with
 its events disabled (`-D -1 --control fifo:CTL,ACK`), and the child writes `enable` to the CTL
@@ -10,14 +21,22 @@ time, so the counts cover that call, not the interpreter's start-up or the input
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import select
+import sys
 import time
 from collections.abc import Callable, Iterator
 
-from rooflab.backends.base import Backend
+from rooflab.backends.base import Backend, BackendError
+from rooflab.backends.selection import select_backend
 from rooflab.counters.ncu import counters_range
+from rooflab.experiments.gemm import GemmCase
+from rooflab.experiments.gemm_configs import GemmConfig
+from rooflab.experiments.workload_cases import WorkloadCase
+from rooflab.workloads import Case, WorkloadError
 
 PERF_ACK_TIMEOUT_S = 30.0
 
@@ -64,19 +83,30 @@ def perf_counting(control: str | None) -> Iterator[None]:
         os.close(ack)
 
 
-def common_options(seed: int, warmup: int, backend: str) -> list[str]:
-    """The options every counters child is given beside its own (`add_arguments` reads them)."""
-    return ["--seed", str(seed), "--warmup", str(warmup), "--backend", backend]
+def child_command(case: GemmCase | WorkloadCase, backend: str, warmup: int) -> list[str]:
+    """The process a profiler runs: this module, for one case."""
+    spec = json.dumps(case.child_spec(), sort_keys=True)
+    module = "rooflab.experiments.profiled"
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "--case",
+        spec,
+        "--warmup",
+        str(warmup),
+        "--backend",
+        backend,
+    ]
 
 
-def add_arguments(parser) -> None:
-    """The options every counters child takes beside its own."""
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warmup", type=int, default=3, help="calls before the profiled one")
-    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu", "auto"))
-    parser.add_argument(
-        "--perf-control", metavar="CTL,ACK", help="perf stat's control and ack fifos"
-    )
+def case_from_spec(spec: dict) -> GemmCase | WorkloadCase:
+    """The case a child_spec() names."""
+    if spec["kind"] == "gemm":
+        shape = [spec[key] for key in ("m", "n", "k", "dtype", "layout")]
+        return GemmCase(GemmConfig(spec["sweep"], *shape), spec["seed"])
+    case = Case(spec["workload"], spec["dtype"], spec["params"])
+    return WorkloadCase(case, {"entry": spec["entry"], "seed": spec["seed"]})
 
 
 def profiled_call(
@@ -95,3 +125,35 @@ def profiled_call(
     if perf_control:
         said["perf_control"] = "events enabled around the measured call only"
     return said
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rooflab.experiments.profiled")
+    parser.add_argument("--case", required=True, help="the case, a JSON object (child_command)")
+    parser.add_argument("--warmup", type=int, default=3, help="calls before the profiled one")
+    parser.add_argument("--backend", default="cuda", choices=("cuda", "cpu", "auto"))
+    parser.add_argument(
+        "--perf-control", metavar="CTL,ACK", help="perf stat's control and ack fifos"
+    )
+    args = parser.parse_args(argv)
+    backend = select_backend(args.backend)
+    try:
+        case = case_from_spec(json.loads(args.case))
+        if case.kind == "gemm":
+            backend.check_dtype(case.config.dtype)
+        built = case.build(backend)
+    except KeyError as error:
+        print(
+            f"rooflab: --case has no {error} (experiments.profiled.child_command)", file=sys.stderr
+        )
+        return 2
+    except (WorkloadError, BackendError, ValueError) as error:  # a JSON error is a ValueError
+        print(f"rooflab: {error}", file=sys.stderr)
+        return 2
+    said = profiled_call(backend, case.config_id, built.call, args.warmup, args.perf_control)
+    print(json.dumps(said))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

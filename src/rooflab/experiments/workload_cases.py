@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from rooflab.backends.base import Backend
-from rooflab.experiments.rounds import TimedPoint
-from rooflab.experiments.runs import MeasuringRun, measuring_run
+from rooflab.experiments.runs import measuring_run
+from rooflab.experiments.timed_cases import Built, time_cases
 from rooflab.experiments.timing import TimingSettings
-from rooflab.experiments.watchdog import beat, step_limit
 from rooflab.vocabulary import CacheState
 from rooflab.workloads import (
     Case,
@@ -79,168 +79,77 @@ def run_workload(
     """Check and time every case of workload `name` (`spec`: the config's workloads.<name>: entry,
     params, dtypes, cache_states, same_work_as, seed); the rows of each table (nothing written).
     Holds the machine lock throughout: one measurement at a time."""
-    factory = load_entry(spec["entry"], name)
+    load_entry(spec["entry"], name)  # refused before waiting for the machine
     every_case = cases(name, spec.get("params") or {}, list(spec["dtypes"]))
+    cache_states = list(spec.get("cache_states") or [CacheState.WARM, CacheState.COLD])
     with measuring_run(
         backend, "workload", name,
-        tables=("correctness", "samples", "workload_points"), disturbance=timing.disturbance,
+        tables=("correctness", "samples", "timed_points"), disturbance=timing.disturbance,
         run_id=run_id,
     ) as run:  # fmt: skip
-        _cases(run, spec, factory, every_case, timing)
+        timed = [WorkloadCase(case, spec) for case in every_case]
+        time_cases(run, timed, cache_states, timing)
         return run.close({"workload": dict(spec), "timing": timing.record()})
 
 
-def _cases(run: MeasuringRun, spec, factory, every_case, timing) -> None:
-    """Check and time every case, in rounds, into the run's tables."""
-    backend, name, progress, run_id, tables = (
-        run.backend, run.name, run.progress, run.run_id, run.tables
-    )  # fmt: skip
-    cache_states = list(spec.get("cache_states") or [CacheState.WARM, CacheState.COLD])
-    planned = timing.warmup_s + timing.cooldown_s + timing.min_time_s
-    progress.plan([planned] * len(every_case) * len(cache_states) * timing.rounds)
-    points: dict[tuple[str, str], TimedPoint] = {}
-    # config_id -> (bytes, executed FLOPs), and the library's threads while it was timed
-    ledgers: dict[str, tuple[tuple[int, int | None], int | None]] = {}
-    failed: set[str] = set()  # failed a check: not built, checked nor timed again
-    # Round 1 checks each case, then times the ones that passed; later rounds build those again
-    # from the same seed and time them again (experiments.rounds).
-    with backend.limited_library_threads():
-        for round_index in range(timing.rounds):
-            for case in every_case:
-                if case.config_id in failed:
-                    continue
-                # a factory may set the BLAS or OpenMP threads: that holds for its own case only
-                with backend.library_threads_kept():
-                    if not _time_case(
-                        backend, name, spec, factory, case, cache_states, round_index,
-                        timing, tables, points, ledgers, run_id, progress,
-                    ):  # fmt: skip
-                        failed.add(case.config_id)
-    for case in every_case:
-        for cache_state in cache_states:
-            if (case.config_id, cache_state) in points:
-                point = points[(case.config_id, cache_state)]
-                ledger, threads = ledgers[case.config_id]
-                row = _row(case, spec, point, ledger, backend, timing)
-                row |= {"run_id": run_id, "threads": threads}
-                tables["workload_points"].append(row)
+@dataclass(frozen=True)
+class WorkloadCase:
+    """A workload's case as a timed case: built by its factory from the case's seed, checked
+    against its own reference before timing and again after each timing round."""
 
+    case: Case
+    spec: Mapping  # its workload's config section: entry, seed, same_work_as
+    kind = "workload"
+    recheck = True
 
-def _time_case(
-    backend,
-    name,
-    spec,
-    factory,
-    case,
-    cache_states,
-    round_index,
-    timing,
-    tables,
-    points,
-    ledgers,
-    run_id,
-    progress,
-) -> bool:
-    """Build one case, check it (round 1), time it in each cache state and check it again after
-    each; its ledger and library threads go to `ledgers`. False once a check failed (its row
-    is stored)."""
-    what = f"workload {name} case {case.config_id}"
-    planned = timing.warmup_s + timing.cooldown_s + timing.min_time_s
-    rounds_left = timing.rounds - round_index
-    with step_limit(timing.max_call_s, what):
+    @property
+    def config_id(self) -> str:
+        return self.case.config_id
+
+    @property
+    def label(self) -> str:
+        return self.case.config_id
+
+    @property
+    def what(self) -> str:
+        return f"workload {self.case.workload} case {self.case.config_id}"
+
+    def child_spec(self) -> dict:
+        """What a profiler's child needs to build the case again (experiments.profiled)."""
+        case, seed = self.case, self.spec.get("seed", 0)
+        return {"kind": self.kind, "workload": case.workload, "entry": self.spec["entry"],
+                "dtype": case.dtype, "params": case.params, "seed": seed}  # fmt: skip
+
+    def build(self, backend: Backend) -> Built:
+        case, spec = self.case, self.spec
+        factory = load_entry(spec["entry"], case.workload)
         workload = build_case(factory, case, backend, spec.get("seed", 0))
-        beat()
-        if not (round_index or _check(backend, case, workload, run_id, tables)):
-            progress.drop([planned] * len(cache_states) * rounds_left)
-            return False  # a wrong result is recorded, never timed
-    executed = workload.executed_flops
-    ledger = (int(workload.bytes), None if executed is None else int(executed))
-    # the threads as the factory left them: what the timing ran with
-    ledgers[case.config_id] = ledger, backend.library_threads()
-    for index, cache_state in enumerate(cache_states):
-        point = points.setdefault(
-            (case.config_id, cache_state),
-            TimedPoint(case.config_id, cache_state, workload.flops),
-        )
-        rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
-        progress.start(f"{case.config_id} {cache_state}{rounds}", planned)
-        with step_limit(timing.max_call_s, f"{what} {cache_state}"):
-            point.time_round(
-                backend, workload.run, timing, tables, run_id=run_id, progress=progress,
-                operands=workload.arrays,
-            )  # fmt: skip
-        # checked again after every timing round: a kernel that goes wrong after some calls
-        # is caught near where it did, and its later rounds are not timed
-        last = round_index == timing.rounds - 1 and index == len(cache_states) - 1
-        when = (
-            AFTER_TIMING
-            if last
-            else f"{BEFORE_TIMING}, again after its {cache_state} timing{rounds}"
-        )
-        with step_limit(timing.max_call_s, what):
-            if not _check(backend, case, workload, run_id, tables, when, only_failed=not last):
-                left = (len(cache_states) - index - 1) + len(cache_states) * (rounds_left - 1)
-                progress.drop([planned] * left)
-                return False
-    return True
 
+        def check(when: str) -> list[dict]:
+            if workload.check is None:
+                return []
+            workload.run()
+            backend.synchronize()
+            error = check_error(workload, case.config_id)
+            return [
+                {
+                    "config_id": case.config_id,
+                    "sweep": case.workload,
+                    "dtype": case.dtype,
+                    "metric": "max_relative_error",
+                    "error": error,
+                    "tolerance": float(workload.tolerance),
+                    "passed": error <= workload.tolerance,
+                    "detail": when,
+                }
+            ]
 
-BEFORE_TIMING = "the workload's own check() against its reference"
-# A kernel may go wrong only after many calls (state that drifts, a buffer it overruns): a case
-# whose check fails after a timing round keeps its timing in the store but is never placed on
-# the Roofline. Passed checks between rounds are not stored, only the last one.
-AFTER_TIMING = BEFORE_TIMING + ", again after each timing round"
-
-
-def _check(
-    backend: Backend,
-    case: Case,
-    workload: Workload,
-    run_id: str,
-    tables,
-    when: str = BEFORE_TIMING,
-    only_failed: bool = False,
-) -> bool:
-    """Run the case once and compare with its reference; its correctness row is stored (with
-    `only_failed`, only where the check failed)."""
-    if workload.check is None:
-        return True
-    with backend.nvtx_range(f"{case.config_id}/correctness"):
-        workload.run()
-        backend.synchronize()
-    error = check_error(workload, case.config_id)
-    passed = error <= workload.tolerance
-    if only_failed and passed:
-        return True
-    tables["correctness"].append(
-        {
-            "run_id": run_id,
-            "config_id": case.config_id,
-            "sweep": case.workload,
-            "dtype": case.dtype,
-            "metric": "max_relative_error",
-            "error": error,
-            "tolerance": float(workload.tolerance),
-            "passed": passed,
-            "detail": when,
-        }
-    )
-    return passed
-
-
-def _row(case, spec, point: TimedPoint, ledger: tuple, backend, timing) -> dict:
-    """A case's workload_points row: its ledger (useful FLOPs, bytes, executed FLOPs) and its
-    timing columns over every round."""
-    bytes_model, executed_flops = ledger
-    return {
-        "config_id": case.config_id,
-        "sweep": case.workload,
-        "entry": spec["entry"],
-        "params": json.dumps(case.params, sort_keys=True),
-        "dtype": case.dtype,
-        "same_work_as": spec.get("same_work_as"),
-        "flops": int(point.flops),
-        "bytes_model": bytes_model,
-        "executed_flops": executed_flops,
-        **point.columns(backend, timing),
-    }
+        executed = workload.executed_flops
+        columns = {
+            "sweep": case.workload, "entry": spec["entry"],
+            "params": json.dumps(case.params, sort_keys=True), "dtype": case.dtype,
+            "same_work_as": spec.get("same_work_as"), "flops": int(workload.flops),
+            "bytes_model": int(workload.bytes),
+            "executed_flops": None if executed is None else int(executed),
+        }  # fmt: skip
+        return Built(workload.run, check, columns, workload.arrays)

@@ -27,6 +27,7 @@ from rooflab.records.run_folder import (
 from rooflab.records.tables import (
     DERIVED_TABLES,
     MEASURED_TABLES,
+    POINT_VIEWS,
     SCHEMA_VERSION,
     TABLES,
     timed_rows,
@@ -43,6 +44,7 @@ from rooflab.records.writable import (
 __all__ = [
     "DERIVED_TABLES",
     "MEASURED_TABLES",
+    "POINT_VIEWS",
     "SCHEMA_VERSION",
     "TABLES",
     "DiskFull",

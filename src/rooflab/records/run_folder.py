@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rooflab.records.tables import DERIVED_TABLES, TABLES
+from rooflab.records.tables import DERIVED_TABLES, POINT_VIEWS, TABLES
 from rooflab.records.writable import space_for
 
 
@@ -123,7 +123,30 @@ def _fsync_dir(path: Path) -> None:
 
 def read_run(run_dir: str | Path) -> dict[str, pa.Table]:
     run_dir = Path(run_dir)
-    return {path.stem: pq.read_table(path) for path in sorted(run_dir.glob("*.parquet"))}
+    tables = {path.stem: pq.read_table(path) for path in sorted(run_dir.glob("*.parquet"))}
+    return with_timed_points(run_dir, tables)
+
+
+def with_timed_points(run_dir: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """A run folder written before schema 6 holds gemm_points or workload_points: read back as
+    the one timed_points table, each row with its kind."""
+    import pyarrow as pa
+
+    legacy = {n: tables.pop(n) for n in POINT_VIEWS if n in tables}
+    if legacy:
+        kinds = [
+            table.append_column(
+                "kind", pa.array([POINT_VIEWS[name][0]] * table.num_rows, pa.string())
+            )
+            for name, table in legacy.items()
+        ]
+        merged = pa.concat_tables(
+            [*kinds, TABLES["timed_points"].empty_table()], promote_options="permissive"
+        )
+        tables["timed_points"] = conform_types(
+            run_dir / "timed_points.parquet", "timed_points", merged
+        )
+    return tables
 
 
 # -- reading run folders back (ingest, rebuild) --------------------------------------------------
@@ -198,7 +221,8 @@ def read_run_folder(folder: RunFolder, reserved: Collection[str] = ()) -> dict[s
     tables = {}
     for path in sorted(folder.path.glob("*.parquet")):
         name = path.stem
-        if name in DERIVED_TABLES or not _TABLE_NAME.fullmatch(name) or name in reserved:
+        allowed = name in POINT_VIEWS or name not in reserved  # a table before schema 6
+        if name in DERIVED_TABLES or not _TABLE_NAME.fullmatch(name) or not allowed:
             raise RunFolderError(f"{path}: a run folder cannot hold a table named {name!r}")
         table = conform_types(path, name, read_table_file(path))
         if table.num_rows and run_ids_of(table) != {folder.run_id}:
@@ -213,6 +237,7 @@ def read_run_folder(folder: RunFolder, reserved: Collection[str] = ()) -> dict[s
         raise RunFolderError(
             f"{folder.path / 'runs.parquet'}: {tables['runs'].num_rows} rows, expected one"
         )
+    tables = with_timed_points(folder.path, tables)
     order = [name for name in TABLES if name in tables] + sorted(set(tables) - set(TABLES))
     return {name: tables[name] for name in order}
 

@@ -22,7 +22,8 @@ from rooflab.records.columns import TIMESTAMP as _T
 # n_rounds and round_spread: its round medians' max / min - 1).
 # 4: compute ceilings per instruction path (ceilings.isa, vector_bits: fp64_fma is the widest
 # path, fp64_fma_avx2 a narrower one) and roofs a library GEMM beats (roof_beaten, its evidence).
-SCHEMA_VERSION = 5  # 5: each cache level's measured edge (ceilings.cache_bytes_measured)
+# 5: each cache level's measured edge (ceilings.cache_bytes_measured).
+SCHEMA_VERSION = 6  # 6: one timed_points table (kind gemm or workload) for two tables before
 
 TABLES: dict[str, pa.Schema] = {
     "runs": pa.schema(
@@ -146,10 +147,15 @@ TABLES: dict[str, pa.Schema] = {
             ("round", _I),  # a timed point's round (experiments.rounds); null: one round
         ]
     ),
-    "gemm_points": pa.schema(
+    # One row per timed point and cache state: a sweep's GEMM configuration (kind "gemm": m, n,
+    # k, operand dtypes, layout) or a workload's case (kind "workload": `sweep` its name, `entry`
+    # its factory, `params` as JSON, `same_work_as` the workload it reimplements). `flops` is F
+    # (OP for int8), `bytes_model` the cold-cache Q, `executed_flops` the work done (null: F).
+    "timed_points": pa.schema(
         [
             ("run_id", _S),
             ("config_id", _S),
+            ("kind", _S),
             ("sweep", _S),
             ("m", _I),
             ("n", _I),
@@ -159,33 +165,8 @@ TABLES: dict[str, pa.Schema] = {
             ("w_dtype", _S),
             ("y_dtype", _S),
             ("layout", _S),
-            ("cache_state", _S),
-            *_SAMPLED,
-            *_ROUNDS,
-            ("flops", _I),
-            ("bytes_model", _I),
-            ("achieved_flops_per_s", _F),
-            ("noisy", _B),
-            ("flush_method", _S),
-            ("flush_bytes", _I),
-            *_SM_CLOCK,
-            ("threads", _I),  # the GEMM library's thread pool, set explicitly (null on a GPU)
-            *_DISTURBANCE,
-        ]
-    ),
-    # One row per workload case (a combination of its params, in one dtype) and cache state:
-    # a user's kernel (rooflab.Workload) timed like a GEMM point. `sweep` is the workload's name;
-    # `params` its case's params as JSON; `flops` the useful FLOPs (F), `bytes_model` the declared
-    # cold-cache bytes (Q), `executed_flops` what the implementation executes (null: = flops);
-    # `same_work_as`: the workload it is another implementation of (null: none).
-    "workload_points": pa.schema(
-        [
-            ("run_id", _S),
-            ("config_id", _S),
-            ("sweep", _S),
             ("entry", _S),
             ("params", _S),
-            ("dtype", _S),
             ("same_work_as", _S),
             ("cache_state", _S),
             *_SAMPLED,
@@ -198,7 +179,7 @@ TABLES: dict[str, pa.Schema] = {
             ("flush_method", _S),
             ("flush_bytes", _I),
             *_SM_CLOCK,
-            ("threads", _I),
+            ("threads", _I),  # the library's thread pool, set explicitly (null on a GPU)
             *_DISTURBANCE,
         ]
     ),
@@ -493,8 +474,27 @@ DERIVED_TABLES = (
 MEASURED_TABLES = tuple(name for name in TABLES if name not in DERIVED_TABLES)
 
 
+# The store's views of timed_points, one per kind, each with the columns that kind's own table had
+# before schema 6, so every documented query of gemm_points and workload_points keeps working. A
+# run folder written before schema 6 holds those tables, read back as timed_points.
+_ONLY = {
+    "gemm": ("m", "n", "k", "x_dtype", "w_dtype", "y_dtype", "layout"),
+    "workload": ("entry", "params", "same_work_as", "executed_flops"),
+}
+POINT_VIEWS: dict[str, tuple[str, list[str]]] = {
+    f"{kind}_points": (
+        kind,
+        [
+            c
+            for c in TABLES["timed_points"].names
+            if c != "kind" and not any(c in only for k, only in _ONLY.items() if k != kind)
+        ],
+    )
+    for kind in _ONLY
+}
+
+
 def timed_rows(tables: dict) -> list[dict]:
-    """A timing run's points (its tables as read_run gives them): a sweep's GEMM configurations
-    (gemm_points), or a workload's cases (workload_points)."""
-    timed = [t for name in ("gemm_points", "workload_points") for t in [tables.get(name)] if t]
-    return [row for table in timed for row in table.to_pylist()]
+    """A timing run's points (its tables as read_run gives them): a sweep's GEMM configurations,
+    or a workload's cases."""
+    return tables["timed_points"].to_pylist() if "timed_points" in tables else []

@@ -48,8 +48,7 @@ from rooflab.vocabulary import (
     MEMORY_LEVELS,
     ROOF_BEATEN_EFFICIENCY,
     CacheState,
-    compute_path,
-    workload_compute_path,
+    point_compute_path,
 )
 
 
@@ -105,7 +104,7 @@ def compute_units(tables: dict) -> dict[str, str]:
 def point_work_unit(point: dict) -> str:
     """The unit of a timed point's `flops`: OP for a GEMM of integer X and W (int8), else FLOP
     (a workload case's, and a GEMM of a dtype the model does not know, are FLOP)."""
-    if point.get("m") is None and "params" in point:
+    if point["kind"] == "workload":
         return "FLOP"
     x = point.get("x_dtype") or point["dtype"]
     try:
@@ -122,14 +121,6 @@ def resident_level(
             if bytes_needed <= capacity:
                 return level
     return memory_level
-
-
-def point_compute_path(backend: str | None, point: dict) -> str | None:
-    """The compute roof of a timed point: a GEMM's dtype's path on its backend, a workload
-    case's (a row with params) its dtype's FMA chains."""
-    if point.get("m") is None and "params" in point:
-        return workload_compute_path(point["dtype"])
-    return compute_path(backend, point["dtype"])
 
 
 # Why a timed point gets no Roofline point: the code stored in `unplaced_points.reason`.
@@ -304,7 +295,7 @@ def timing_flags(point: dict) -> dict:
 
 
 def _timings_by_run(gemm_run_dirs: Iterable[Path]) -> dict[str, list[dict]]:
-    """run_id -> its timed points (gemm_points or workload_points rows), each with the run's
+    """run_id -> its timed points (timed_points rows), each with the run's
     machine_id."""
     timings = {}
     for run_dir in gemm_run_dirs:

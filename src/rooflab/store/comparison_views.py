@@ -9,13 +9,12 @@ WARM = CacheState.WARM
 # What defines a timed point's work, beyond its key: two runs whose work differs are not the same
 # experiment (a workload name given to another kernel, a ledger that changed), and compare calls
 # them incomparable, naming what changed.
-_GEMM_WORK = (
-    "'dtypes ' || concat_ws('/', coalesce(x_dtype, dtype), coalesce(w_dtype, dtype), "
-    "coalesce(y_dtype, dtype)) || ', ' || flops || ' FLOP, ' || bytes_model || ' B'"
-)
-_WORKLOAD_WORK = (
-    "'entry ' || entry || ', dtype ' || dtype || ', ' || flops || ' FLOP, ' || bytes_model "
-    "|| ' B' || coalesce(', executed ' || executed_flops || ' FLOP', '')"
+_WORK = (
+    "CASE kind WHEN 'gemm' THEN 'dtypes ' || concat_ws('/', coalesce(x_dtype, dtype), "
+    "coalesce(w_dtype, dtype), coalesce(y_dtype, dtype)) || ', ' || flops || ' FLOP, ' || "
+    "bytes_model || ' B' ELSE 'entry ' || entry || ', dtype ' || dtype || ', ' || flops || "
+    "' FLOP, ' || bytes_model || ' B' || coalesce(', executed ' || executed_flops || ' FLOP', '') "
+    "END"
 )
 
 # Every timed point (a GEMM configuration's, a workload case's; a measured stage's or schedule's
@@ -27,10 +26,7 @@ _MEASURED = f"""
            config_id || ' ' || cache_state AS key, median_s AS value, p25_s AS low,
            p75_s AS high, 's' AS unit, n_samples, coalesce(disturbed, false) AS disturbed, work
     FROM (SELECT run_id, config_id, cache_state, sweep, median_s, p25_s, p75_s, n_samples,
-                 disturbed, {_GEMM_WORK} AS work FROM gemm_points
-          UNION ALL BY NAME
-          SELECT run_id, config_id, cache_state, sweep, median_s, p25_s, p75_s, n_samples,
-                 disturbed, {_WORKLOAD_WORK} AS work FROM workload_points)
+                 disturbed, {_WORK} AS work FROM timed_points)
     UNION ALL BY NAME
     SELECT 'point' AS kind, run_id, config_id, '{WARM}' AS cache_state, scenario AS name,
            config_id || ' {WARM}' AS key, median_s AS value, p25_s AS low, p75_s AS high,

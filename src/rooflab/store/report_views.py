@@ -32,14 +32,6 @@ _NEWEST_CHECKS = """
 
 # Per machine and backend, its newest ceilings run: what the derived tables of a ceilings run
 # (cache_capacities, datasheet_roofs, stage_bounds) are read for.
-# The timing behind a Roofline point: a GEMM configuration's, or a workload case's.
-_TIMED_POINTS = """
-    SELECT run_id, config_id, cache_state, noisy, disturbed, disturbance, median_s, p25_s,
-           p75_s, bytes_model FROM gemm_points
-    UNION ALL BY NAME
-    SELECT run_id, config_id, cache_state, noisy, disturbed, disturbance, median_s, p25_s,
-           p75_s, bytes_model FROM workload_points
-"""
 _LATEST_CEILINGS_RUN = """
     SELECT machine_id, backend, run_id FROM runs
     WHERE kind = 'ceilings'
@@ -170,7 +162,7 @@ REPORT_VIEWS_SQL = {
                (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
                c.clock_min_mhz, c.clock_max_mhz
         FROM latest AS l
-        LEFT JOIN ({_TIMED_POINTS}) AS g USING (run_id, config_id, cache_state)
+        LEFT JOIN timed_points AS g USING (run_id, config_id, cache_state)
         LEFT JOIN (
             SELECT run_id, config_id, cache_state, min(clock_mhz) AS clock_min_mhz,
                    max(clock_mhz) AS clock_max_mhz
@@ -240,7 +232,7 @@ REPORT_VIEWS_SQL = {
                l.counted_over_model, l.model_vs_counted, coalesce(l.work_unit, 'FLOP') AS work_unit,
                coalesce(g.disturbed, false) AS disturbed, {_disturbance_text("g")} AS disturbance
         FROM latest AS l
-        LEFT JOIN ({_TIMED_POINTS}) AS g USING (run_id, config_id, cache_state)
+        LEFT JOIN timed_points AS g USING (run_id, config_id, cache_state)
     """,
     # The model-vs-counted chart and table: per machine, backend, configuration and cache state
     # (newest counted points), at the memory level, the cold-cache ledger's bytes, the counted

@@ -6,9 +6,9 @@ this rooflab cannot know. A run folder of a newer rooflab is set aside at ingest
 
 A migration step turns a store of version v - 1 into v (MIGRATIONS[v]). Versions 1 to 5 only added
 tables and columns, which the writer adds to a store of any version (writer.ensure_schema: ALTER
-TABLE ADD COLUMN), so they have no step; a change that is not an addition (a column renamed,
-retyped or dropped, a stored value recomputed) gets its step here, tested on the store of the
-version before it (tests/fixtures/store/).
+TABLE ADD COLUMN), so they have no step; a change that is not an addition (a table merged, a
+column renamed, retyped or dropped, a stored value recomputed) gets its step here, tested on the
+store of the version before it (tests/fixtures/store/).
 """
 
 from __future__ import annotations
@@ -17,13 +17,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rooflab.records import SCHEMA_VERSION
+from rooflab.records import POINT_VIEWS, SCHEMA_VERSION
 from rooflab.store.connection import VERSION_TABLE, refuse_newer, stored_version
 
 if TYPE_CHECKING:
     import duckdb
 
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
+
+def _one_timed_points_table(connection: duckdb.DuckDBPyConnection) -> None:
+    """6: the tables gemm_points and workload_points become the one table timed_points, each row
+    with its kind; their names stay as its views (store.views), which ensure_schema makes anew."""
+    tables = {
+        name
+        for (name,) in connection.execute(
+            "SELECT table_name FROM duckdb_tables() "
+            "WHERE database_name = current_database() AND schema_name = 'main'"
+        ).fetchall()
+    }
+    old = [(name, kind) for name, (kind, _) in POINT_VIEWS.items() if name in tables]
+    if not old:
+        return
+    parts = " UNION ALL BY NAME ".join(
+        f"SELECT '{kind}' AS kind, * FROM {name}" for name, kind in old
+    )
+    connection.execute(f"CREATE TABLE timed_points AS {parts}")
+    for name, _ in old:
+        connection.execute(f"DROP TABLE {name}")
+
+
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {6: _one_timed_points_table}
 
 
 def migrate(connection: duckdb.DuckDBPyConnection, db_path: Path) -> list[int]:

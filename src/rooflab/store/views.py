@@ -1,11 +1,20 @@
 """The store's named views: every number a reader (a user's SQL, the report) needs, defined once.
 Each comment says what one row is, with its columns and units where they are not in the name."""
 
+from rooflab.records import POINT_VIEWS
 from rooflab.store.comparison_views import COMPARISON_VIEWS_SQL
 from rooflab.store.report_views import REPORT_VIEWS_SQL
 from rooflab.store.timeline_views import TIMELINE_VIEWS_SQL
 
+# Each kind of timed point with the columns its own table had before schema 6 (records.tables):
+# gemm_points (a sweep's GEMM configurations), workload_points (a workload's cases).
+POINT_VIEWS_SQL = {
+    name: f"SELECT {', '.join(columns)} FROM timed_points WHERE kind = '{kind}'"
+    for name, (kind, columns) in POINT_VIEWS.items()
+}
+
 VIEWS_SQL = {
+    **POINT_VIEWS_SQL,
     # Per machine and backend (a GPU backend may share the host's machine_id), the ceilings of the
     # most recent ceilings run.
     "latest_ceilings": """
@@ -55,8 +64,7 @@ VIEWS_SQL = {
     "latest_unplaced_points": """
         WITH newest AS (
             SELECT r.machine_id, r.backend, r.started_at, t.run_id, t.config_id, t.cache_state
-            FROM (SELECT run_id, config_id, cache_state FROM gemm_points
-                  UNION ALL SELECT run_id, config_id, cache_state FROM workload_points) AS t
+            FROM timed_points AS t
             JOIN runs AS r USING (run_id)
             QUALIFY row_number() OVER (
                 PARTITION BY r.machine_id, r.backend, t.config_id, t.cache_state

@@ -1,0 +1,167 @@
+"""One driver for every timed point: a sweep's GEMM configurations (experiments.gemm) and a
+workload's cases (experiments.workload_cases) are cases of one contract, `TimedCase`. Each case is
+built, checked against its reference, then timed per cache state in rounds (experiments.rounds),
+into the run's `correctness`, `samples` and `timed_points` tables. A case whose check fails is
+recorded and never timed (again); each step of a case (its build, its check, one call) is under
+`timing.max_call_s` (experiments.watchdog), so a hang stops the job naming the case."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rooflab.backends.base import Backend
+from rooflab.experiments.rounds import TimedPoint
+from rooflab.experiments.runs import MeasuringRun
+from rooflab.experiments.timing import TimingSettings
+from rooflab.experiments.watchdog import beat, step_limit
+
+BEFORE_TIMING = "the workload's own check() against its reference"
+# A kernel may go wrong only after many calls (state that drifts, a buffer it overruns): a case
+# whose check fails after a timing round keeps its timing in the store but is never placed on
+# the Roofline. Passed checks between rounds are not stored, only the last one.
+AFTER_TIMING = BEFORE_TIMING + ", again after each timing round"
+
+
+@dataclass
+class Built:
+    """A case made ready to time (its inputs made from its seed)."""
+
+    call: Callable[[], object]  # one call of the timed work
+    check: Callable[[str], list[dict]]  # runs it once; its correctness rows (`when`: the detail)
+    columns: dict  # its timed_points columns beyond the timing: identity and ledger (flops, ...)
+    arrays: tuple = ()  # what `call` reads and writes, evicted before each cold sample
+    work_unit: str = "FLOP"  # the unit of its `flops` (OP for an int8 GEMM)
+
+
+class TimedCase(Protocol):
+    kind: str  # timed_points.kind: "gemm" or "workload"
+    config_id: str
+    label: str  # its name on a progress line
+    what: str  # its name in a watchdog's line
+    recheck: bool  # checked again after each timing round
+
+    def build(self, backend: Backend) -> Built: ...
+
+
+def planned_timing_s(timing: TimingSettings) -> float:
+    """Planned seconds of timing one case in one cache state: its warm-up, idle and sampling
+    budgets (a call slower than the budget over the sample floor takes longer; the ETA's measured
+    rate corrects for that as the run goes)."""
+    return timing.warmup_s + timing.cooldown_s + timing.min_time_s
+
+
+@dataclass
+class _Cases:
+    run: MeasuringRun
+    cache_states: list[str]
+    timing: TimingSettings | None  # None: check only
+    points: dict[tuple[str, str], TimedPoint] = field(default_factory=dict)
+    rows: dict[str, dict] = field(default_factory=dict)  # config_id -> its columns and threads
+
+    def drop(self, timings_left: int) -> None:
+        if self.timing is not None:
+            self.run.progress.drop([planned_timing_s(self.timing)] * timings_left)
+
+    def checked(self, case: TimedCase, built: Built, when: str, only_failed=False) -> bool:
+        """Run the case once against its reference; its rows stored (with `only_failed`, only
+        where the check failed)."""
+        with self.run.backend.nvtx_range(f"{case.config_id}/correctness"):
+            rows = built.check(when)
+        passed = all(row["passed"] for row in rows)
+        if not (only_failed and passed):
+            self.run.tables["correctness"].extend({"run_id": self.run.run_id, **r} for r in rows)
+        return passed
+
+    def one_round(self, case: TimedCase, round_index: int, check: bool) -> bool:
+        """Build the case, check it (round 1, where `check`), time it once more in each cache
+        state (checked again after each, where it asks). False once a check failed."""
+        backend, timing, progress = self.run.backend, self.timing, self.run.progress
+        states = self.cache_states
+        max_call_s = timing.max_call_s if timing is not None else None
+        rounds_left = timing.rounds - round_index if timing is not None else 0
+        if timing is None:
+            progress.start(case.label)
+        with step_limit(max_call_s, case.what):
+            built = case.build(backend)
+            beat()
+            if round_index == 0 and check and not self.checked(case, built, BEFORE_TIMING):
+                self.drop(len(states) * rounds_left)
+                return False  # a wrong result is recorded, never timed
+        if timing is None:
+            return True
+        # the threads as the case left them: what the timing ran with
+        self.rows[case.config_id] = {**built.columns, "threads": backend.library_threads()}
+        for index, cache_state in enumerate(states):
+            point = self.points.setdefault(
+                (case.config_id, cache_state),
+                TimedPoint(case.config_id, cache_state, built.columns["flops"]),
+            )
+            rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
+            progress.start(f"{case.label} {cache_state}{rounds}", planned_timing_s(timing))
+            taken = len(self.run.tables["samples"])
+            with step_limit(max_call_s, f"{case.what} {cache_state}"):
+                point.time_round(
+                    backend, built.call, timing, self.run.tables, run_id=self.run.run_id,
+                    progress=progress, operands=built.arrays,
+                )  # fmt: skip
+            for sample in self.run.tables["samples"][taken:]:
+                sample["amount_unit"] = built.work_unit
+            if not case.recheck:
+                continue
+            # checked again after every timing round: a kernel that goes wrong after some calls
+            # is caught near where it did, and its later rounds are not timed
+            last = round_index == timing.rounds - 1 and index == len(states) - 1
+            when = AFTER_TIMING if last else (
+                f"{BEFORE_TIMING}, again after its {cache_state} timing{rounds}"
+            )  # fmt: skip
+            with step_limit(max_call_s, case.what):
+                if not self.checked(case, built, when, only_failed=not last):
+                    self.drop(len(states) - index - 1 + len(states) * (rounds_left - 1))
+                    return False
+        return True
+
+
+def time_cases(
+    run: MeasuringRun,
+    cases: list[TimedCase],
+    cache_states: list[str],
+    timing: TimingSettings | None,
+    *,
+    check: bool = True,
+) -> None:
+    """Check (where `check`) and time every case in rounds into the run's tables: round 1 checks
+    each case, then times the ones that passed; later rounds build those again from the same
+    seed and time them again (experiments.rounds). `timing` None: check only."""
+    state = _Cases(run, list(cache_states), timing)
+    rounds = timing.rounds if timing is not None else 1
+    if timing is not None:
+        run.progress.plan([planned_timing_s(timing)] * len(cases) * len(cache_states) * rounds)
+    else:  # a check's cost is not planned: the ETA follows the checks done
+        run.progress.plan([1.0] * len(cases), seconds_per_unit=None)
+    failed: set[str] = set()  # failed a check: not built, checked nor timed again
+    with run.backend.limited_library_threads():
+        for round_index in range(rounds):
+            for case in cases:
+                if case.config_id in failed:
+                    continue
+                # a case may set the BLAS or OpenMP threads: that holds for itself only
+                with run.backend.library_threads_kept():
+                    if not state.one_round(case, round_index, check):
+                        failed.add(case.config_id)
+    if timing is None:
+        return
+    for case in cases:
+        for cache_state in cache_states:
+            point = state.points.get((case.config_id, cache_state))
+            if point is not None:
+                run.tables["timed_points"].append(
+                    {
+                        "run_id": run.run_id,
+                        "config_id": case.config_id,
+                        "kind": case.kind,
+                        **state.rows[case.config_id],
+                        **point.columns(run.backend, timing),
+                    }
+                )
