@@ -60,6 +60,7 @@ class TimedPoint:
     config_id: str
     cache_state: str
     flops: int
+    work_unit: str = "FLOP"  # of `flops`: OP for an int8 GEMM
     measurements: list[Measurement] = field(default_factory=list)
     readings: list[list[dict]] = field(default_factory=list)
 
@@ -94,8 +95,8 @@ class TimedPoint:
         tables["conditions"].extend(readings)
         taken = sum(len(m.samples) for m in self.measurements)
         tables["samples"].extend(
-            sample_rows(run_id, config_id, cache_state, measured.samples, self.flops, "FLOP",
-                        round_index=len(self.measurements), first_idx=taken)
+            sample_rows(run_id, config_id, cache_state, measured.samples, self.flops,
+                        self.work_unit, round_index=len(self.measurements), first_idx=taken)
         )  # fmt: skip
         self.measurements.append(measured)
         self.readings.append(readings)

@@ -96,18 +96,15 @@ class _Cases:
         for index, cache_state in enumerate(states):
             point = self.points.setdefault(
                 (case.config_id, cache_state),
-                TimedPoint(case.config_id, cache_state, built.columns["flops"]),
+                TimedPoint(case.config_id, cache_state, built.columns["flops"], built.work_unit),
             )
             rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
             progress.start(f"{case.label} {cache_state}{rounds}", planned_timing_s(timing))
-            taken = len(self.run.tables["samples"])
             with step_limit(max_call_s, f"{case.what} {cache_state}"):
                 point.time_round(
                     backend, built.call, timing, self.run.tables, run_id=self.run.run_id,
                     progress=progress, operands=built.arrays,
                 )  # fmt: skip
-            for sample in self.run.tables["samples"][taken:]:
-                sample["amount_unit"] = built.work_unit
             if not case.recheck:
                 continue
             # checked again after every timing round: a kernel that goes wrong after some calls
