@@ -23,14 +23,15 @@ from rooflab.store import RunsSetAside, StoreError, ingest, query, rebuild
 from rooflab.store.connection import VERSION_TABLE, StoreTooNew
 from tests.conftest import run_rooflab
 
-FIXTURE = Path(__file__).parent / "fixtures" / "store" / "schema5.duckdb.gz"
+FIXTURES = Path(__file__).parent / "fixtures" / "store"
+FIXTURE = FIXTURES / "schema5.duckdb.gz"
 SWEEP = {"m": [1], "n": [16], "k": [16], "dtypes": ["fp64"], "layouts": ["nn"]}
 SWEEP |= {"cache_states": ["warm"], "seed": 0}
 
 
-def old_store(tmp_path: Path) -> Path:
+def old_store(tmp_path: Path, fixture: Path = FIXTURE) -> Path:
     db = tmp_path / "old.duckdb"
-    with gzip.open(FIXTURE) as packed, db.open("wb") as out:
+    with gzip.open(fixture) as packed, db.open("wb") as out:
         shutil.copyfileobj(packed, out)
     return db
 
@@ -81,6 +82,17 @@ def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest
     assert query(db, "SELECT count(*) AS n FROM workload_points").to_pylist() == [{"n": 0}]
     views = query(db, "SELECT view_name FROM duckdb_views() WHERE NOT internal").column(0)
     assert {"gemm_points", "workload_points"} <= set(views.to_pylist())
+
+
+def test_a_store_of_schema_6_takes_new_runs_without_a_migration_step(tmp_path, measured):
+    db = old_store(tmp_path, FIXTURES / "schema6.duckdb.gz")
+    assert version_of(db) == 6
+    before = query(db, "SELECT * FROM gemm_points ORDER BY ALL").to_pylist()
+    assert len(before) == 8
+    report = ingest(db, measured)
+    assert len(report.added_run_ids) == 1 and version_of(db) == SCHEMA_VERSION
+    after = query(db, "SELECT * FROM gemm_points ORDER BY ALL").to_pylist()
+    assert [row for row in after if row["run_id"] not in report.added_run_ids] == before
 
 
 def test_a_run_folder_written_before_schema_6_is_read_into_timed_points(tmp_path, measured):
