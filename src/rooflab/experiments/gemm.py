@@ -75,6 +75,7 @@ class GemmCase:
 
     def build(self, backend: Backend) -> Built:
         c, ledger = self.config, config_ledger(self.config)
+        backend.check_dtype(c.dtype)  # one line naming the dtypes it has, not a library error
         operands = backend.gemm_operands(c.m, c.n, c.k, c.dtype, c.layout, self.seed)
 
         def check(when: str) -> list[dict]:
