@@ -42,7 +42,7 @@ ALLOWED = {
     },
     "counters": {"backends"},
     "backends": {"conditions", "machine"},
-    "conditions": {"machine"},
+    "conditions": {"machine", "config"},
     "config": set(),
     "devices": {"config"},
     "machine": set(),

@@ -19,9 +19,9 @@ def test_default_config_is_valid_and_defaults_are_filled():
 
 
 def test_the_settings_defaults_are_the_schemas():
-    """The settings classes' own defaults (what tests and benchmarks build them with) are the
-    schema's, which every campaign and command gets: built from an empty config's defaults, each
-    equals its class built bare. A default changed in one place only fails here."""
+    """The settings classes take their defaults from the schema (rooflab.config.defaults), which
+    every campaign and command gets: built from an empty config, each equals its class built bare
+    (a default written into a class again fails here)."""
     from rooflab.conditions.disturbance import DisturbanceSettings
     from rooflab.experiments.ceiling_plan import CeilingSettings, settings_from_config
     from rooflab.experiments.counters import CounterSettings

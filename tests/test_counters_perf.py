@@ -18,8 +18,10 @@ from rooflab.counters import (
     pmu_note,
     run_perf_stat,
 )
-from rooflab.counters.perf import DEFAULT_EVENTS
+from rooflab.experiments.counters import CounterSettings
 from tests.counters_fixtures import PERF_FIXTURES, read
+
+DEFAULT_EVENTS = CounterSettings().perf_events  # the schema's default
 
 # -- perf (recorded on this development machine) ---------------------------------------------------
 
@@ -50,7 +52,9 @@ def test_perf_not_supported_everywhere_is_unavailable_with_the_reason(name):
     assert {c.status for c in stat.counts.values()} == {"not supported"}
     assert all(c.value is None for c in stat.counts.values())
     assert stat.other_lines == []
-    result = derive_cpu(stat, line_bytes=64, note="no CPU PMU exposed to this kernel")
+    result = derive_cpu(
+        stat, DEFAULT_EVENTS, line_bytes=64, note="no CPU PMU exposed to this kernel"
+    )
     assert result.status == "unavailable"
     assert result.measured == {} and result.derived == []
     assert result.reason == (

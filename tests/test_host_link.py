@@ -16,7 +16,6 @@ import pytest
 from rooflab.backends.base import BackendError, CeilingLoad
 from rooflab.backends.cpu import CpuBackend
 from rooflab.backends.cuda_host_link import (
-    DEFAULT_BUFFER_BYTES,
     HOST_LEVEL,
     PLAN,
     HostLinkCase,
@@ -81,7 +80,7 @@ def test_a_case_refuses_what_cannot_be_measured():
 
 
 def test_the_ledger_counts_each_copy_once_in_whole_vectors():
-    assert copy_bytes(DEFAULT_BUFFER_BYTES) == 512 * MiB  # nvbandwidth's default buffer
+    assert copy_bytes(512 * MiB) == 512 * MiB
     assert copy_bytes(100) == 96  # 16-byte vectors
     with pytest.raises(BackendError, match="at least 16 B"):
         copy_bytes(8)
@@ -119,7 +118,7 @@ def test_pinned_memory_without_a_device_address_is_refused():
 
 def test_the_buffer_setting_is_parsed_with_its_unit_and_can_be_switched_off():
     default = settings_from_config(validate_config({})["ceilings"])
-    assert default.host_link_buffer_bytes == DEFAULT_BUFFER_BYTES
+    assert default.host_link_buffer_bytes == 512 * MiB  # nvbandwidth's default --bufferSize
     config = validate_config({"ceilings": {"host_link_buffer": "256 MiB"}})
     assert settings_from_config(config["ceilings"]).host_link_buffer_bytes == 256 * MiB
     off = validate_config({"ceilings": {"host_link_buffer": None}})
@@ -213,7 +212,7 @@ def cpu():
 
 
 def test_the_cpu_backend_has_no_host_link_and_measures_none(cpu):
-    assert not cpu.has_host_link and cpu.host_link_loads(DEFAULT_BUFFER_BYTES) == []
+    assert not cpu.has_host_link and cpu.host_link_loads(512 * MiB) == []
     tables = {"conditions": [], "ceilings": [], "ceiling_sweep": [], "samples": []}
     with Progress("host link") as progress:
         measure_host_link(cpu, QUICK, "r", tables, progress, 0.01)

@@ -45,7 +45,6 @@ MEMORY_KINDS = {
     "pinned": "pinned host memory (cudaHostAlloc, mapped)",
     "pageable": "pageable host memory (not page-locked; the driver stages it)",
 }
-DEFAULT_BUFFER_BYTES = 512 * 1024 * 1024  # nvbandwidth's default --bufferSize (512 MiB)
 SKIP_HINT = "set ceilings.host_link_buffer: null to leave the host link out"
 
 

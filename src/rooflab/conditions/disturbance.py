@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rooflab.config import defaults
+
 PROC_TASKS = Path("/proc/self/task")
 PROC_STAT = Path("/proc/stat")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -40,21 +42,17 @@ CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 QUIET_WINDOW_S = 0.25
 
 
+_DEFAULT = defaults("disturbance")  # config/schema.yaml: each setting's meaning and default
+
+
 @dataclass(frozen=True)
 class DisturbanceSettings:
-    # A sample is disturbed when its threads waited on a run queue longer than this fraction of it.
-    max_wait_fraction: float = 0.05
-    # Disturbed samples are left out and re-taken, at most this many times the minimum sample
-    # count (and this many times the minimum sampling time); then the measurement is flagged.
-    retake_factor: float = 2.0
-    # A measurement is disturbed when other processes used more CPUs than this on average while it
-    # sampled (CPU backend), or the hypervisor stole more than this fraction of the CPUs' time.
-    max_other_cpus: float = 0.25
-    max_steal_fraction: float = 0.05
-    # Before measuring, wait up to quiet_wait_s for other processes to use at most
-    # quiet_max_other_cpus CPUs; then go on, and record the warning in the run.
-    quiet_wait_s: float = 30.0
-    quiet_max_other_cpus: float = 0.1
+    max_wait_fraction: float = _DEFAULT["max_wait_fraction"]  # a sample's run-queue wait
+    retake_factor: float = _DEFAULT["retake_factor"]  # disturbed samples re-taken, bounded
+    max_other_cpus: float = _DEFAULT["max_other_cpus"]  # other processes, while sampling
+    max_steal_fraction: float = _DEFAULT["max_steal_fraction"]  # the hypervisor's steal
+    quiet_wait_s: float = _DEFAULT["quiet_wait_s"]  # wait this long for quiet before measuring
+    quiet_max_other_cpus: float = _DEFAULT["quiet_max_other_cpus"]
 
     @classmethod
     def from_config(cls, section: dict) -> DisturbanceSettings:

@@ -17,9 +17,6 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import best_match
-
 from rooflab.config.files import MAX_YAML_BYTES, ConfigError, config_file, load_yaml
 from rooflab.model import ModelError, Stage, sized_stage, topological_order
 from rooflab.units import UnitError, as_quantity, parse_bytes
@@ -32,6 +29,7 @@ __all__ = [
     "ConfigError",
     "campaign_config",
     "config_file",
+    "defaults",
     "load_config",
     "load_scenario",
     "load_yaml",
@@ -83,12 +81,22 @@ def _with_defaults(validator_class):
                     instance.setdefault(key, copy.deepcopy(subschema["default"]))
         yield from check_properties(validator, properties, instance, schema)
 
+    from jsonschema import validators
+
     return validators.extend(validator_class, {"properties": fill_then_check})
 
 
 @cache
 def _schema() -> dict:
     return load_yaml(config_file("schema.yaml"))
+
+
+def defaults(section: str) -> dict:
+    """A section's defaults as config/schema.yaml writes them: the one place a setting's default
+    lives (the settings classes take their own defaults from here). Read from the schema's
+    `default` keys, as validation fills them, without loading the validator."""
+    properties = _schema()["properties"][section]["properties"]
+    return {k: copy.deepcopy(sub["default"]) for k, sub in properties.items() if "default" in sub}
 
 
 def _key_path(path) -> str:
@@ -139,6 +147,10 @@ def _check(schema: dict, instance: object, source: str) -> None:
         unit = " of seconds" if path and str(path[-1]).endswith("_s") else ""
         where = _key_path(path) or "top level"
         raise ConfigError(f"{source}: {where}: must be a finite number{unit}, got {value}")
+    # jsonschema imported here: the settings classes read defaults() at import, without it
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
     with _stage_lists_set_aside(instance, source):
         error = best_match(_with_defaults(Draft202012Validator)(schema).iter_errors(instance))
     if error is not None:
@@ -191,6 +203,9 @@ def _stage_lists_set_aside(instance: object, source: str) -> Iterator[None]:
                 try:
                     check_stage(stage)
                 except fastjsonschema.JsonSchemaException:
+                    from jsonschema import Draft202012Validator
+                    from jsonschema.exceptions import best_match
+
                     error = best_match(Draft202012Validator(schema).iter_errors(stage))
                     raise ConfigError(
                         f"{source}: {_describe(error, (*path, 'stages', index))}"

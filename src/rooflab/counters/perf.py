@@ -20,7 +20,6 @@ from pathlib import Path
 from rooflab.counters.tool import Unavailable, run_tool
 
 PERF = "perf"
-DEFAULT_EVENTS = ("cycles", "instructions", "LLC-load-misses", "LLC-loads", "cache-misses")
 NOT_COUNTED = {"<not supported>": "not supported", "<not counted>": "not counted"}
 # What perf prints each time a controlling process enables or disables its events (perf 6.1).
 CONTROL_ECHO = ("Events enabled", "Events disabled")
@@ -174,7 +173,7 @@ class CpuCounters:
 
 def derive_cpu(
     stat: PerfStat,
-    events: Sequence[str] = DEFAULT_EVENTS,
+    events: Sequence[str],
     *,
     line_bytes: int | None = None,
     note: str | None = None,

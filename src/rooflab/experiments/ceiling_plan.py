@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rooflab.backends.base import Backend, BackendError
-from rooflab.backends.cuda_host_link import DEFAULT_BUFFER_BYTES, check_buffer, copy_bytes
+from rooflab.backends.cuda_host_link import check_buffer, copy_bytes
 from rooflab.conditions.disturbance import DisturbanceSettings
-from rooflab.config import ConfigError
+from rooflab.config import ConfigError, defaults
 from rooflab.experiments.cache_edges import MEMORY_ABOVE, PLATEAU_ABOVE, PLATEAU_BELOW
 from rooflab.experiments.timing import TimingSettings
 from rooflab.model import tensor_bytes
@@ -31,33 +31,61 @@ LOCAL_MIN_BYTES, LOCAL_ABOVE = 4 * 1024, 4
 COARSE_PER_OCTAVE, EDGE_CHANGE = 1, 0.1
 
 
+_SIZES = {
+    "min_working_set": "min_working_set_bytes",
+    "max_working_set": "max_working_set_bytes",
+    "host_link_buffer": "host_link_buffer_bytes",
+}
+
+
+def _settings(ceilings: dict, where: str) -> dict:
+    """A validated `ceilings` section as CeilingSettings' fields: sizes parsed into bytes (None
+    for `auto` or null), lists as tuples."""
+    fields = {}
+    for key, value in ceilings.items():
+        if key not in _SIZES:
+            fields[key] = tuple(value) if isinstance(value, list) else value
+        elif value is None or (key == "max_working_set" and value == "auto"):
+            fields[_SIZES[key]] = None
+        else:
+            try:
+                fields[_SIZES[key]] = int(parse_bytes(value, positive=True))
+            except UnitError as error:
+                raise ConfigError(f"{where}.{key}: {error}") from None
+    return fields
+
+
+_DEFAULT = _settings(defaults("ceilings"), "ceilings")  # config/schema.yaml: meaning and default
+
+
 @dataclass(frozen=True)
 class CeilingSettings:
-    min_working_set_bytes: int = 16 * 1024
+    min_working_set_bytes: int = _DEFAULT["min_working_set_bytes"]
     # The sweep's cap; None: 8x the total cache capacity. Either way the sweep stops earlier once
     # the memory plateau is established (experiments.cache_edges.memory_plateau).
-    max_working_set_bytes: int | None = None
-    points_per_octave: int = 4  # an adaptive sweep's finest step; a full sweep's every step
-    adaptive: bool = True
-    kernels: tuple[str, ...] = ("read", "copy", "triad")
-    threads: int | None = None  # None: all usable cores
-    window_s: float = 0.005
-    windows: int = 6  # the floor of windows per point or round (6: the fewest with a 95 % interval)
-    rel_width: float = 0.03  # stopping rule: the median window's interval within this of it
-    max_point_s: float = 0.15  # stopping rule's cap on one point's (round's) windows
-    max_rounds: int = 5  # FMA rounds, taken while the best two disagree by more than rel_width
-    fma_dtypes: tuple[str, ...] = ("fp64", "fp32")
-    blas_dtypes: tuple[str, ...] = ("fp64", "fp32")
-    blas_n: int = 2048
+    max_working_set_bytes: int | None = _DEFAULT["max_working_set_bytes"]
+    points_per_octave: int = _DEFAULT["points_per_octave"]  # an adaptive sweep's finest step
+    adaptive: bool = _DEFAULT["adaptive"]
+    kernels: tuple[str, ...] = _DEFAULT["kernels"]
+    threads: int | None = _DEFAULT["threads"]  # None: all usable cores
+    window_s: float = _DEFAULT["window_s"]
+    windows: int = _DEFAULT["windows"]  # the floor of windows per point or round
+    rel_width: float = _DEFAULT["rel_width"]  # stopping rule: the median window's interval
+    max_point_s: float = _DEFAULT["max_point_s"]  # stopping rule's cap on one point's windows
+    max_rounds: int = _DEFAULT["max_rounds"]  # FMA rounds, while the best two disagree
+    fma_dtypes: tuple[str, ...] = _DEFAULT["fma_dtypes"]
+    blas_dtypes: tuple[str, ...] = _DEFAULT["blas_dtypes"]
+    blas_n: int = _DEFAULT["blas_n"]
+    # Not config keys: the library GEMMs' sampling and the clock change a ceiling is flagged at.
     blas_timing: TimingSettings = field(
         default_factory=lambda: TimingSettings(
             warmup_s=0.2, min_time_s=0.1, min_samples=10, max_time_s=1.0
         )
     )
-    max_clock_change: float = 0.05  # a ceiling is flagged when its clock moved more than this
+    max_clock_change: float = 0.05
     disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
     # Bytes of each host-link copy, on a backend with a host link (CUDA); None: not measured.
-    host_link_buffer_bytes: int | None = DEFAULT_BUFFER_BYTES
+    host_link_buffer_bytes: int | None = _DEFAULT["host_link_buffer_bytes"]
 
 
 QUICK = CeilingSettings(
@@ -88,34 +116,8 @@ def settings_from_config(
     ceilings: dict, where: str = "ceilings", disturbance: dict | None = None
 ) -> CeilingSettings:
     """CeilingSettings from a validated config's `ceilings` section (sizes parsed with units)."""
-    sizes = {}
-    texts = {key: ceilings[key] for key in ("min_working_set", "max_working_set")}
-    texts["host_link_buffer"] = ceilings.get("host_link_buffer", f"{DEFAULT_BUFFER_BYTES} B")
-    for key, text in texts.items():
-        if (key == "max_working_set" and text == "auto") or text is None:
-            sizes[key] = None
-            continue
-        try:
-            sizes[key] = int(parse_bytes(text, positive=True))
-        except UnitError as error:
-            raise ConfigError(f"{where}.{key}: {error}") from None
     return CeilingSettings(
-        min_working_set_bytes=sizes["min_working_set"],
-        max_working_set_bytes=sizes["max_working_set"],
-        points_per_octave=ceilings["points_per_octave"],
-        adaptive=ceilings["adaptive"],
-        rel_width=ceilings["rel_width"],
-        max_point_s=ceilings["max_point_s"],
-        max_rounds=ceilings["max_rounds"],
-        kernels=tuple(ceilings["kernels"]),
-        threads=ceilings["threads"],
-        window_s=ceilings["window_s"],
-        windows=ceilings["windows"],
-        fma_dtypes=tuple(ceilings["fma_dtypes"]),
-        blas_dtypes=tuple(ceilings["blas_dtypes"]),
-        blas_n=ceilings["blas_n"],
-        disturbance=DisturbanceSettings.from_config(disturbance or {}),
-        host_link_buffer_bytes=sizes["host_link_buffer"],
+        **_settings(ceilings, where), disturbance=DisturbanceSettings.from_config(disturbance or {})
     )
 
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rooflab.backends.base import Backend
+from rooflab.config import defaults
 from rooflab.counters.ncu import (
     CACHE_CONTROLS,
     REPLAY_MODES,
@@ -47,7 +48,6 @@ from rooflab.counters.ncu import (
     run_ncu,
 )
 from rooflab.counters.perf import (
-    DEFAULT_EVENTS,
     PerfStat,
     derive_cpu,
     llc_line_bytes,
@@ -72,20 +72,23 @@ CALIBRATION_TOLERANCE = 0.01  # counted FLOPs within 1% of 2MNK (issue 7)
 TOOLS = ("ncu", "perf")
 
 
+_DEFAULT = defaults("counters")  # config/schema.yaml: each setting's meaning and default
+
+
 @dataclass(frozen=True)
 class CounterSettings:
-    """The config's `counters` section (config/schema.yaml has the defaults and the limits)."""
+    """The config's `counters` section."""
 
-    enabled: bool = True
-    max_configs: int = 4
-    configs: tuple[str, ...] = ()
-    cache_controls: tuple[str, ...] = CACHE_CONTROLS
-    replay_mode: str = "kernel"
-    ncu: str = "ncu"
-    perf: str = "perf"
-    perf_events: tuple[str, ...] = DEFAULT_EVENTS
-    timeout_s: float = 600.0
-    warmup_calls: int = 3
+    enabled: bool = _DEFAULT["enabled"]
+    max_configs: int = _DEFAULT["max_configs"]
+    configs: tuple[str, ...] = tuple(_DEFAULT["configs"])
+    cache_controls: tuple[str, ...] = tuple(_DEFAULT["cache_controls"])
+    replay_mode: str = _DEFAULT["replay_mode"]
+    ncu: str = _DEFAULT["ncu"]
+    perf: str = _DEFAULT["perf"]
+    perf_events: tuple[str, ...] = tuple(_DEFAULT["perf_events"])
+    timeout_s: float = _DEFAULT["timeout_s"]
+    warmup_calls: int = _DEFAULT["warmup_calls"]
 
     def __post_init__(self) -> None:
         if self.max_configs < 1:

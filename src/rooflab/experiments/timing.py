@@ -24,33 +24,33 @@ from rooflab.conditions.disturbance import (
     judge,
     probe,
 )
+from rooflab.config import defaults
 from rooflab.experiments.stopping import Stop, Stopper, StoppingRule
 from rooflab.experiments.watchdog import beat
 from rooflab.progress import Progress
 from rooflab.vocabulary import CACHE_STATES, CacheState
 
+_DEFAULT = defaults("timing")  # config/schema.yaml: each setting's meaning and default
+
 
 @dataclass(frozen=True)
 class TimingSettings:
-    warmup_s: float = 0.2
-    warmup_min_calls: int = 3
-    min_time_s: float = 0.05  # floor on the sampling phase's wall time, flushes included
-    min_samples: int = 10
-    max_samples: int = 10000
-    rel_width: float = 0.03  # the stopping rule's width of the median's 95 % interval
-    max_time_s: float = 1.0  # its cap on the sampling phase, once the floors are in
-    # A sweep's or workload's points are timed in this many rounds spread over the run
-    # (experiments.rounds); min_samples is split over them.
-    rounds: int = 2
-    noisy_iqr_ratio: float = 0.1
-    max_clock_change: float = 0.05  # flag a measurement whose clock range exceeds this fraction
-    # Idle between warm-up and sampling: a GPU under its power limit lowers its clock within a
-    # fraction of a second of sustained GEMMs and raises it again at rest, so a peak measured
-    # right after a long warm-up is the capped rate, below what short runs (a sweep's) reach.
+    warmup_s: float = _DEFAULT["warmup_s"]
+    warmup_min_calls: int = _DEFAULT["warmup_min_calls"]
+    min_time_s: float = _DEFAULT["min_time_s"]  # the sampling phase's floor, flushes included
+    min_samples: int = _DEFAULT["min_samples"]
+    max_samples: int = _DEFAULT["max_samples"]
+    rel_width: float = _DEFAULT["rel_width"]  # the stopping rule's width of the median's interval
+    max_time_s: float = _DEFAULT["max_time_s"]  # its cap on the sampling phase
+    rounds: int = _DEFAULT["rounds"]  # a sweep's or workload's rounds (experiments.rounds)
+    noisy_iqr_ratio: float = _DEFAULT["noisy_iqr_ratio"]
+    max_clock_change: float = _DEFAULT["max_clock_change"]  # a clock range flagged past this
+    # Idle between warm-up and sampling (not a config key): a GPU under its power limit lowers
+    # its clock within a fraction of a second of sustained GEMMs and raises it again at rest, so
+    # a peak measured right after a long warm-up is the capped rate, below what short runs reach.
     cooldown_s: float = 0.0
-    # A user kernel's one call (factory, check, run) past this is a hang: the job stops, naming
-    # the case (experiments.watchdog), and frees the machine.
-    max_call_s: float = 300.0
+    # A user kernel's one call (factory, check, run) past this is a hang (experiments.watchdog).
+    max_call_s: float = _DEFAULT["max_call_s"]
     disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
 
     @classmethod
