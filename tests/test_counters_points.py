@@ -86,6 +86,7 @@ def timing(cache_state, median_s, run_id="20260101T000000Z-aaaa", config_id=CONF
         "dtype": "bf16",
         "layout": "nn",
         "flops": 2 * M * N * K,
+        "achieved_flops_per_s": 2 * M * N * K / median_s if median_s else None,
         **extra,
     }
 

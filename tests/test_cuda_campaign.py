@@ -203,6 +203,7 @@ def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
                 "cache_state": state,
                 "median_s": 1e-5,
                 "flops": ledger.flops,
+                "achieved_flops_per_s": ledger.flops / 1e-5,
                 "bytes_model": ledger.bytes,
             }
         )

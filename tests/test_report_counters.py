@@ -31,6 +31,7 @@ def points() -> pd.DataFrame:
         timing = {"run_id": "r1", "config_id": config_id(m), "cache_state": "cold"}
         timing |= {"median_s": median, "m": m, "n": n, "k": k, "dtype": "bf16", "layout": "nn"}
         timing |= {"kind": "gemm", "flops": 2 * m * n * k}
+        timing |= {"achieved_flops_per_s": 2 * m * n * k / median}
         pairing = pair({"config_id": config_id(m), "cache_control": "all"}, [timing])
         calibration = calibrate(2 * m * n * k, m, n, k, path="bf16_tensor")
         levels = {"HBM": hbm, "L2": l2, "L1": l1}

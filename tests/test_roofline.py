@@ -104,6 +104,7 @@ def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
         "layout": "nn",
         "median_s": 1e-3,
         "flops": ledger.flops,
+        "achieved_flops_per_s": ledger.flops / 1e-3,
         "bytes_model": ledger.bytes,
     }
     gemm_a = _run(
@@ -160,6 +161,7 @@ def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path)
                     "dtype": dtype,
                     "median_s": 1e-5,
                     "flops": ledger.flops,
+                    "achieved_flops_per_s": ledger.flops / 1e-5,
                     "bytes_model": ledger.bytes,
                 }
             )

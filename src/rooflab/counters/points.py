@@ -70,9 +70,7 @@ def calibrate(
     for name, value in (("m", m), ("n", n), ("k", k)):
         _positive(name, value)
     flops = gemm_flops(m, n, k)
-    return calibrate_ledger(
-        counted_flops, flops, tolerance, path=path, ledger="2MNK", shape=(m, n, k)
-    )
+    return calibrate_ledger(counted_flops, flops, tolerance, path=path, shape=(m, n, k))
 
 
 def calibrate_ledger(
@@ -81,12 +79,14 @@ def calibrate_ledger(
     tolerance: float = 0.01,
     *,
     path: str | None = None,
-    ledger: str = "ledger",
+    ledger: str | None = None,
     shape: tuple[int, int, int] | None = None,
 ) -> Calibration:
     """Trust counted FLOPs only when they are within `tolerance` of the FLOPs a ledger says the
     implementation executes (`ledger` names it in the reason: "2MNK" for a GEMM; a workload's
-    executed FLOPs, or its useful FLOPs where it declares no other)."""
+    executed FLOPs, or its useful FLOPs where it declares no other; by default "2MNK" where a
+    GEMM's `shape` is given)."""
+    ledger = ledger or ("2MNK" if shape else "ledger")
     _positive("expected_flops", expected_flops)
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
@@ -218,14 +218,7 @@ def hierarchical_points(
         )
     timing = pairing.timing
     flops, executed = ledger_flops(timing)
-    if calibration.m is not None:
-        shape = (timing.get("m"), timing.get("n"), timing.get("k"))
-        if shape != (calibration.m, calibration.n, calibration.k):
-            raise ValueError(
-                f"calibration is for m,n,k = {calibration.m, calibration.n, calibration.k}"
-                f", the timing for {shape}"
-            )
-    elif executed != calibration.expected_flops:
+    if executed != calibration.expected_flops:
         raise ValueError(
             f"calibration is for {calibration.expected_flops} executed FLOP, the timing's "
             f"ledger says {executed}"
@@ -243,8 +236,7 @@ def hierarchical_points(
     peak = float(ceilings[compute_path])
     whole = hierarchical_bound(flops, bounded, peak, {lv: ceilings[lv] for lv in bounded})
     limiting = min(whole.levels.values(), key=lambda term: term.attainable_flops_per_s).level
-    median_s = float(timing["median_s"])
-    achieved = flops / median_s
+    median_s, achieved = float(timing["median_s"]), float(timing["achieved_flops_per_s"])
     rows = []
     for level in _level_order(counted):
         q = counted[level]

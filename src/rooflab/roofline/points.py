@@ -34,7 +34,6 @@ from rooflab.counters.points import (
     PairingError,
     UntrustedCounts,
     bypassed_levels,
-    calibrate,
     calibrate_ledger,
     hierarchical_points,
     model_vs_counted,
@@ -216,7 +215,7 @@ def roofline_points(
                 machine["peak"][path],
                 machine["bandwidth"][level],
             )
-            achieved = point["flops"] / point["median_s"]
+            achieved = point["achieved_flops_per_s"]
             points.append(
                 {
                     "run_id": point["run_id"],
@@ -384,20 +383,15 @@ def counter_points(
 
 
 def recalibrate(cal: dict):
-    """A stored calibration checked again from its counted FLOPs (fail closed): a GEMM's against
-    2MNK of its shape, a workload case's against its stored expected FLOPs (which
-    hierarchical_points then holds to the paired timing's ledger)."""
-    if cal["m"] is not None:
-        return calibrate(
-            cal["counted_flops"],
-            cal["m"],
-            cal["n"],
-            cal["k"],
-            cal["tolerance"],
-            path=cal["compute_path"],
-        )
+    """A stored calibration checked again from its counted FLOPs against its expected FLOPs
+    (fail closed), which hierarchical_points then holds to the paired timing's ledger."""
+    shape = (cal["m"], cal["n"], cal["k"]) if cal["m"] is not None else None
     return calibrate_ledger(
-        cal["counted_flops"], cal["expected_flops"], cal["tolerance"], path=cal["compute_path"]
+        cal["counted_flops"],
+        cal["expected_flops"],
+        cal["tolerance"],
+        path=cal["compute_path"],
+        shape=shape,
     )
 
 
