@@ -43,7 +43,7 @@ def installed_script(name: str) -> str:
 # Commands that only read, compute and print (or write the store or the report): run in this
 # process, which saves a Python start and rooflab's imports (about 0.5 s) per call. A measuring
 # command (`measure`: watchdogs, thread pools, signals) always gets a process of its own.
-IN_PROCESS = {"query", "runs", "schema", "model", "compare", "store", "report"}
+IN_PROCESS = {"query", "runs", "schema", "model", "compare", "store", "report", "explain"}
 
 
 def run_rooflab(

@@ -18,6 +18,7 @@ from rooflab.records import DERIVED_TABLES, POINT_VIEWS, TABLES
 from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import VIEWS_SQL, ingest
 from rooflab.store.comparisons import STORE_TABLES
+from rooflab.vocabulary import DIAGNOSIS_CAUSES
 from tests.conftest import installed_script, run_rooflab
 from tests.store_runs import two_machines
 
@@ -576,3 +577,41 @@ def test_query_caps_its_rows_and_its_time_and_says_so(store, capsys):
     assert (
         err.strip() == "rooflab: error: query stopped after 0.5 s (--timeout); nothing was changed"
     )
+
+
+# -- issue 43: a diagnosis for every point ---------------------------------------------------------
+
+
+def test_explain_gives_every_point_one_cause_with_the_stores_own_figures(store):
+    """Every point of the measured store has one diagnosis in the `diagnoses` view, and each
+    figure of its evidence named by a roofline_points column is that column's stored value."""
+    points = as_json("query", "SELECT * FROM latest_roofline_points", "--db", store)
+    diagnoses = as_json("explain", "--db", store)
+    place = lambda row, key: (row[key], row["cache_state"], row["level"])  # noqa: E731
+    assert sorted(place(d, "key") for d in diagnoses) == sorted(
+        place(p, "config_id") for p in points
+    )
+    by_place = {place(p, "config_id"): p for p in points}
+    for diagnosis in diagnoses:
+        assert diagnosis["cause"] in DIAGNOSIS_CAUSES and diagnosis["next_step"], diagnosis
+        assert diagnosis["kind"] in ("gemm", "workload", "counted")
+        stored = by_place[place(diagnosis, "key")]
+        assert diagnosis["efficiency"] == stored["efficiency"]
+        named = {k.split(".", 1)[1]: v for k, v in diagnosis["evidence"].items() if "." in k}
+        assert named and all(stored[column] == value for column, value in named.items())
+        predicted = diagnosis["predicted_s"]
+        assert (
+            predicted is None
+            or 0 < predicted <= diagnosis["median_s"] * 1.05
+            or (diagnosis["cause"] == "above_roof")
+        )
+    first = diagnoses[0]
+    same = as_json("explain", "--db", store, "--cause", first["cause"], "--key", first["key"])
+    assert {d["cause"] for d in same} == {first["cause"]} and first in same
+    run = as_json("explain", "--db", store, "--run", first["run_id"])
+    assert {d["run_id"] for d in run} == {first["run_id"]} and len(run) >= 1
+    table = ok("explain", "--db", store, "--key", first["key"]).splitlines()
+    assert table[0].split()[:3] == ["key", "kind", "cache_state"] and "evidence" not in table[0]
+    one_line_error(run_rooflab("explain", "--db", store, "--run", "nope"), "run nope is not in")
+    refused = run_rooflab("explain", "--db", store, "--cause", "slow")
+    assert refused.returncode == 2 and "invalid choice: 'slow'" in refused.stderr

@@ -63,6 +63,16 @@ HOST_LEVEL = "host"  # a GPU's link to host memory: a level with a ceiling, neve
 # A clean point whose achieved rate exceeds its attainable one by more than this factor (beyond
 # measurement noise) beats its roof: a fault of the roof, which is below what the machine does.
 ROOF_BEATEN_EFFICIENCY = 1.05
+# Why a point sits where it does (roofline.diagnosis applies them in this order; docs/diagnosis.md).
+DIAGNOSIS_CAUSES = (
+    "above_roof",
+    "conditions",
+    "wasted_work",
+    "at_roof",
+    "compute_path",
+    "low_reuse",
+    "memory_parallelism",
+)
 
 
 def compute_path(backend: str | None, dtype: str) -> str | None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from rooflab import __version__
 from rooflab.cli.compare import FAIL_ON, cmd_compare
+from rooflab.cli.explain import cmd_explain
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
 from rooflab.cli.measure_stages import cmd_measure_stages
 from rooflab.cli.measure_timeline import cmd_measure_timeline
@@ -29,7 +30,7 @@ from rooflab.cli.store import (
 )
 from rooflab.model import ELEMENT_BITS
 from rooflab.store import DEFAULT_DB, DEFAULT_RESULTS
-from rooflab.vocabulary import CACHE_STATES
+from rooflab.vocabulary import CACHE_STATES, DIAGNOSIS_CAUSES
 
 __all__ = ["build_parser", "main"]
 
@@ -285,6 +286,17 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
         add_format(command)
     query.set_defaults(handler=cmd_query)
+    explain = commands.add_parser(
+        "explain", help="why each point sits where it does, and what to try next"
+    )
+    explain.add_argument(
+        "--run", metavar="RUN_ID", help="every point of this run (else the newest)"
+    )
+    explain.add_argument("--key", help="only this point (its config_id)")
+    explain.add_argument("--cause", choices=DIAGNOSIS_CAUSES, help="only points of this cause")
+    explain.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    add_format(explain)
+    explain.set_defaults(handler=cmd_explain)
     sql.set_defaults(handler=cmd_sql)
     runs.set_defaults(handler=cmd_runs)
     schema.set_defaults(handler=cmd_schema)

@@ -245,6 +245,7 @@ def hierarchical_points(
             {
                 "run_id": timing.get("run_id"),
                 "config_id": timing["config_id"],
+                "kind": timing.get("kind"),
                 "cache_state": pairing.cache_state,
                 "machine_id": timing.get("machine_id"),
                 "sweep": timing.get("sweep"),

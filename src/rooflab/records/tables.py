@@ -15,6 +15,7 @@ from rooflab.records.columns import SM_CLOCK as _SM_CLOCK
 from rooflab.records.columns import STOPPED as _STOPPED
 from rooflab.records.columns import STRING as _S
 from rooflab.records.columns import TIMESTAMP as _T
+from rooflab.records.derived_tables import DERIVED
 
 # 2: disturbance (per sample: run-queue wait, CPU time, involuntary switches, `disturbed`; per
 # measurement: the verdict and what other processes used; per run: the quiet check).
@@ -348,129 +349,10 @@ TABLES: dict[str, pa.Schema] = {
             ("pairing_error", _S),
         ]
     ),
-    # Derived by the roofline step, one row per timed point and memory level (run_id: its timing
-    # run). q_source "model": the cold-cache ledger's bytes; "counters": counted bytes per level
-    # (each against its own ceiling), from a trusted calibration and a replay paired with the
-    # timing of the matching cache state; the columns after `efficiency` are null on model rows.
-    "roofline_points": pa.schema(
-        [
-            ("run_id", _S),
-            ("config_id", _S),
-            ("cache_state", _S),
-            ("machine_id", _S),
-            ("ceilings_run_id", _S),
-            ("sweep", _S),
-            ("m", _I),
-            ("n", _I),
-            ("k", _I),
-            ("dtype", _S),
-            ("layout", _S),
-            ("level", _S),
-            ("q_source", _S),
-            ("bytes", _I),
-            ("flops", _I),
-            ("work_unit", _S),  # of flops: FLOP, or OP (int8); intensity per B, rates per s
-            ("intensity", _F),
-            ("median_s", _F),
-            ("achieved_flops_per_s", _F),
-            ("compute_path", _S),
-            ("peak_flops_per_s", _F),
-            ("bandwidth_b_per_s", _F),
-            ("attainable_flops_per_s", _F),
-            ("bound_s", _F),
-            ("limiter", _S),
-            ("efficiency", _F),
-            # clean (not disturbed, not noisy) and above its roof beyond noise
-            # (vocabulary.ROOF_BEATEN_EFFICIENCY): a fault of the roof, not a feat of the point
-            ("roof_beaten", _B),
-            ("limiting_level", _S),  # the level whose B·I is smallest (counters rows)
-            ("hierarchical_attainable_flops_per_s", _F),  # min(C, B_level·I_level over levels)
-            ("hierarchical_bound_s", _F),
-            ("pairing", _S),  # "flushed replay ↔ cold timing" | "no-flush replay ↔ warm timing"
-            ("cache_control", _S),  # ncu --cache-control of the replay the bytes came from
-            ("replay_mode", _S),
-            ("counters_run_id", _S),
-            ("flops_counted", _F),  # the counted FLOPs that admitted the point (F is 2MNK)
-            ("calibration_ratio", _F),  # flops_counted / 2MNK
-            ("noisy", _B),  # the GEMM point's flags, carried so a chart can mark the point
-            ("disturbed", _B),
-            ("disturbance", _S),
-            # counters rows at the memory level: counted bytes / the cold-cache ledger's, and
-            # "agrees" (within 1 %) | "model over-counts" | "model under-counts"
-            ("counted_over_model", _F),
-            ("model_vs_counted", _S),
-            # a workload case's (sweep: the workload): its params as JSON, and the FLOPs its
-            # implementation executes where they differ from the useful `flops`
-            ("params", _S),
-            ("executed_flops", _I),
-        ]
-    ),
-    # Derived, per ceilings run: each cache level's bytes, reported and measured (its sweeps' edge).
-    "cache_capacities": pa.schema(
-        [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I), ("measured_bytes", _I)]
-    ),
-    # Derived, per ceilings run: the figures of the datasheet preset (config/devices.yaml) whose
-    # match names the run's device; kind "compute" (name: a path, FLOP/s; an integer path, OP/s)
-    # or "bandwidth" (name: a level, B/s), in `unit`.
-    "datasheet_roofs": pa.schema(
-        [
-            ("run_id", _S),
-            ("machine_id", _S),
-            ("preset", _S),
-            ("device", _S),
-            ("source", _S),
-            ("kind", _S),
-            ("name", _S),
-            ("value", _F),
-            ("unit", _S),
-        ]
-    ),
-    # Derived, per ceilings run and `stages` scenario: one row per stage (position: its order on
-    # the critical-path schedule): ledger, own bound max(F/C, Q/B), start and finish (s), and the
-    # scenario's critical-path and aggregate bounds on the run's measured ceilings.
-    "stage_bounds": pa.schema(
-        [
-            ("run_id", _S),
-            ("machine_id", _S),
-            ("scenario", _S),
-            ("stage", _S),
-            ("position", _I),
-            ("flops", _F),
-            ("bytes", _F),
-            ("start_s", _F),
-            ("finish_s", _F),
-            ("bound_s", _F),
-            ("limiter", _S),
-            ("on_critical_path", _B),
-            ("critical_path_s", _F),
-            ("aggregate_s", _F),
-            ("compute_path", _S),
-            ("peak_flops_per_s", _F),
-            ("memory_level", _S),
-            ("bandwidth_b_per_s", _F),
-        ]
-    ),
-    # Derived: every run the roofline step read; the store replaces exactly these runs' rows.
-    "roofline_inputs": pa.schema([("run_id", _S), ("machine_id", _S), ("kind", _S)]),
-    # Derived: each timed point (a GEMM configuration or a workload case, in a cache state) that
-    # got no Roofline point: `reason` a code (roofline.points.UNPLACED_REASONS), `why` a sentence.
-    "unplaced_points": pa.schema(
-        [(name, _S) for name in ("run_id", "machine_id", "sweep", "config_id", "cache_state")]
-        + [("reason", _S), ("why", _S)]
-    ),
+    **DERIVED,
 }
 
-# Tables the roofline step derives from the run folders (results/roofline/<table>.parquet), each
-# row naming the run it derives from; recomputable at any time.
-DERIVED_TABLES = (
-    "roofline_points",
-    "cache_capacities",
-    "datasheet_roofs",
-    "stage_bounds",
-    "unplaced_points",
-    "roofline_inputs",
-)
-# Tables a measuring job writes into its run folder.
+DERIVED_TABLES = tuple(DERIVED)
 MEASURED_TABLES = tuple(name for name in TABLES if name not in DERIVED_TABLES)
 
 

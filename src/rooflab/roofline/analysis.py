@@ -28,6 +28,7 @@ from rooflab.devices import DevicePreset, matching_preset
 from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
 from rooflab.model import stage_bounds
 from rooflab.records import DERIVED_TABLES, find_run_folders, read_run, space_for, to_table
+from rooflab.roofline.diagnosis import diagnose
 from rooflab.roofline.points import RooflinePoints, build_points, ceiling_values
 from rooflab.vocabulary import measured_cache_bytes
 
@@ -157,6 +158,7 @@ def build_analysis(
     tables: dict[str, list[dict]] = {name: [] for name in DERIVED_TABLES}
     tables["roofline_points"] = points.rows
     tables["unplaced_points"] = points.dropped
+    tables["point_diagnoses"] = [diagnose(point) for point in points.rows]
     notes: list[str] = []
     for run_dir in dict.fromkeys([*ceilings_runs, *gemm_runs, *counters_runs]):
         run_tables = read_run(run_dir)

@@ -23,6 +23,7 @@ machine, and ceilings of that machine; anything else gives no point and a note s
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,7 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
         latest[run["machine_id"]] = {
             "run_id": run["run_id"],
             "started_at": run["started_at"],
+            "clocks": roof_clocks(tables),
             "peak": peak,
             "peak_unit": compute_units(tables),
             "bandwidth": bandwidth,
@@ -88,6 +90,36 @@ def ceiling_values(tables: dict) -> tuple[dict[str, float], dict[str, float]]:
         else:
             bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
     return peak, bandwidth
+
+
+def clock_ranges(tables: dict, keys: tuple[str, ...]) -> dict[tuple, tuple[float, ...]]:
+    """The clock of each measurement's samples (median, lowest, highest; MHz), by `keys`."""
+    if "samples" not in tables:
+        return {}
+    clocks: dict[tuple, list[float]] = {}
+    for row in tables["samples"].select([*keys, "clock_mhz"]).to_pylist():
+        if row["clock_mhz"] is not None:
+            clocks.setdefault(tuple(row[k] for k in keys), []).append(row["clock_mhz"])
+    return {key: (statistics.median(v), min(v), max(v)) for key, v in clocks.items()}
+
+
+def roof_clocks(tables: dict) -> dict[str, tuple[float, ...]]:
+    """The clock range of each roof's samples: those of its best row, as ceiling_values picks."""
+    by_config = clock_ranges(tables, ("config_id",))
+    best: dict[str, tuple[float, tuple]] = {}
+    for row in tables["ceilings"].to_pylist():
+        clock = by_config.get((row.get("config_id"),))
+        if clock and row["value"] >= best.get(row["name"], (-1.0, ()))[0]:
+            best[row["name"]] = row["value"], clock
+    return {name: clock for name, (_, clock) in best.items()}
+
+
+def _clock_columns(point_clock: tuple | None, roof_clock: tuple | None) -> dict:
+    names = ("clock_mhz", "clock_min_mhz", "clock_max_mhz")
+    return {
+        **dict(zip(names, point_clock or (None,) * 3, strict=True)),
+        **{f"roof_{n}": v for n, v in zip(names, roof_clock or (None,) * 3, strict=True)},
+    }
 
 
 def compute_units(tables: dict) -> dict[str, str]:
@@ -179,6 +211,7 @@ def roofline_points(
             for row in (tables["correctness"].to_pylist() if "correctness" in tables else [])
             if not row["passed"]
         }
+        clocks = clock_ranges(tables, ("config_id", "cache_state"))
         # a library GEMM's points, or a workload's (your own kernel: no shape, its params)
         for point in timed_rows(tables):
             if point["config_id"] in failed:
@@ -220,6 +253,7 @@ def roofline_points(
                 {
                     "run_id": point["run_id"],
                     "config_id": point["config_id"],
+                    "kind": point["kind"],
                     "cache_state": point["cache_state"],
                     "machine_id": run["machine_id"],
                     "ceilings_run_id": machine["run_id"],
@@ -247,6 +281,10 @@ def roofline_points(
                     "limiter": b.limiter,
                     "efficiency": achieved / b.attainable_flops_per_s,
                     **timing_flags(point),
+                    **_clock_columns(
+                        clocks.get((point["config_id"], point["cache_state"])),
+                        machine.get("clocks", {}).get(path if b.limiter == "compute" else level),
+                    ),
                 }
             )
             points[-1]["roof_beaten"] = beats_its_roof(points[-1])

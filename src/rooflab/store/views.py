@@ -57,6 +57,20 @@ VIEWS_SQL = {
             ORDER BY r.started_at DESC, p.run_id DESC, p.counters_run_id DESC NULLS LAST
         ) = 1
     """,
+    # Why each point of the Roofline sits where it does (roofline.diagnosis, docs/diagnosis.md):
+    # per machine, backend, kind (gemm, workload, counted), key, cache state and level, the
+    # diagnosis of the newest run's point (point_diagnoses columns; evidence JSON text).
+    "diagnoses": """
+        SELECT d.key, d.kind, d.cache_state, d.level, d.limiter, d.efficiency, d.cause,
+               d.evidence, d.next_step, d.predicted_s, d.median_s, d.machine_id, r.backend,
+               d.run_id, d.counters_run_id, r.started_at
+        FROM point_diagnoses AS d
+        JOIN runs AS r USING (run_id)
+        QUALIFY row_number() OVER (
+            PARTITION BY d.machine_id, r.backend, d.kind, d.key, d.cache_state, d.level
+            ORDER BY r.started_at DESC, d.run_id DESC, d.counters_run_id DESC NULLS LAST
+        ) = 1
+    """,
     # Per machine, backend, configuration and cache state whose newest timing got no Roofline
     # point: that timing's `unplaced_points` row (`reason`: no_ceilings_run, no_compute_ceiling,
     # level_not_measured, failed_check, unit_mismatch; `why`: a sentence), its sweep and the

@@ -1,0 +1,199 @@
+"""Why each Roofline point sits where it does, and what to try next (docs/diagnosis.md).
+
+Each point (a GEMM configuration, a workload case or a counted point, in its cache state and at its
+level) gets one cause, the first of these rules that holds, with the figures that decided it (named
+by their column), a next step in one sentence and, where the ledgers allow, the bound after that
+step (`predicted_s`, seconds, from rooflab.model):
+
+1. `above_roof`: efficiency above ROOF_BEATEN_EFFICIENCY (the summary's "roof beaten" margin):
+   the ledger, the roof or the conditions are wrong, checked in that order.
+2. `conditions`: the point is disturbed (conditions.disturbance), or its samples' median clock is
+   off its roof's by more than CLOCK_MARGIN: its distance from the roof is not the
+   kernel's alone. The efficiency against its roof scaled to its own clock is given (compute roofs
+   scale with the clock).
+3. `wasted_work`: the implementation executes more than WASTED_WORK x the useful FLOPs (its ledger's
+   `executed_flops`); predicted: its time were the executed work the useful work.
+4. compute-bound by its ledger: `at_roof` at AT_ROOF of its roof or more (nothing left on this path:
+   change F or Q, or look a level up); else `compute_path` (the path is not used in full: tile
+   tails, too little parallelism, a narrower path); predicted: its bound on its path.
+5. memory-bound by its ledger: `low_reuse` at NEAR_BANDWIDTH of its bandwidth roof or more (raise
+   the intensity; a GEMM's prediction: the bound per row at the M where it would cross the ridge,
+   times its rows; a workload's: its compute bound, F/C); else `memory_parallelism` (too few
+   outstanding requests, dependent or scattered accesses; predicted: its bound at full bandwidth).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rooflab.model import ModelError, bound, gemm_ledger
+from rooflab.vocabulary import DIAGNOSIS_CAUSES, ROOF_BEATEN_EFFICIENCY
+
+AT_ROOF = 0.8
+NEAR_BANDWIDTH = 0.5
+WASTED_WORK = 1.5
+CLOCK_MARGIN = 0.10
+# A GEMM's M at which a memory-bound point would cross the ridge is looked for up to this.
+MAX_ROWS = 1 << 24
+TILE = 16  # a shape off multiples of this leaves tile tails on every CPU and GPU GEMM we measure
+
+
+def _figures(point: dict, *columns: str) -> dict:
+    return {f"roofline_points.{c}": point.get(c) for c in columns}
+
+
+def _clock_ratio(point: dict) -> float | None:
+    """The roof's median clock over the point's, where both were read."""
+    clock, roof = point.get("clock_mhz"), point.get("roof_clock_mhz")
+    return roof / clock if clock and roof else None
+
+
+def _conditions(point: dict) -> list[str]:
+    """What makes the point's distance from its roof not the kernel's alone."""
+    found = ["disturbed"] if point.get("disturbed") else []
+    ratio = _clock_ratio(point)
+    if ratio is not None and abs(ratio - 1) > CLOCK_MARGIN:
+        found.append("clock")
+    return found
+
+
+def _rows_at_ridge(point: dict) -> int | None:
+    """The smallest M at which this GEMM's ledger (its N, K, dtype) reaches the ridge, where its
+    ledger is the point's own bytes; None where none up to MAX_ROWS does."""
+    m, n, k, dtype = (point.get(c) for c in ("m", "n", "k", "dtype"))
+    try:
+        if gemm_ledger(m, n, k, dtype).bytes != point["bytes"]:
+            return None
+        ridge = point["peak_flops_per_s"] / point["bandwidth_b_per_s"]
+        rows = m
+        while gemm_ledger(rows, n, k, dtype).intensity < ridge:
+            rows *= 2
+            if rows > MAX_ROWS:
+                return None
+    except (ModelError, TypeError, KeyError):
+        return None
+    low = max(m, rows // 2)
+    while low < rows:  # the smallest M in (rows/2, rows] at the ridge
+        middle = (low + rows) // 2
+        if gemm_ledger(middle, n, k, dtype).intensity >= ridge:
+            rows = middle
+        else:
+            low = middle + 1
+    return rows
+
+
+def _low_reuse(point: dict) -> tuple[str, float | None, dict]:
+    peak, bandwidth = point["peak_flops_per_s"], point["bandwidth_b_per_s"]
+    evidence = {"ridge": peak / bandwidth}
+    rows = _rows_at_ridge(point) if point.get("m") else None
+    if rows is not None:
+        ledger = gemm_ledger(rows, point["n"], point["k"], point["dtype"])
+        at_ridge = bound(ledger.flops, ledger.bytes, peak, bandwidth)
+        evidence["rows_at_ridge"] = rows
+        step = (
+            f"raise reuse: batch {rows} rows per call (M = {rows} reaches the ridge); this "
+            f"point's {point['m']} row(s) would then take their share of that call's bound"
+        )
+        return step, at_ridge.bound_s * point["m"] / rows, evidence
+    step = (
+        "raise the intensity (batch, tile, fuse with its neighbours) until the bytes per FLOP "
+        "reach the ridge; the bound there is its compute bound, F/C"
+    )
+    return step, point["flops"] / peak, evidence
+
+
+def _compute_path(point: dict) -> tuple[str, dict]:
+    tails = [d for d in ("m", "n", "k") if point.get(d) and point[d] % TILE]
+    if tails:
+        shape = ", ".join(f"{d.upper()} = {point[d]}" for d in tails)
+        return (
+            f"{shape} off multiples of {TILE}: pad or choose a shape without tile tails, so the "
+            f"{point['compute_path']} path runs full tiles",
+            {"tile": TILE},
+        )
+    return (
+        f"the {point['compute_path']} path is not used in full: give it more parallel work "
+        "(more tiles than cores or SMs), a wider or tensor path, or fewer dependent operations",
+        {},
+    )
+
+
+def diagnose(point: dict) -> dict:
+    """A roofline_points row's diagnosis: a point_diagnoses row."""
+    efficiency, limiter = point["efficiency"], point["limiter"]
+    evidence = _figures(point, "efficiency", "limiter", "intensity", "bound_s", "median_s", "noisy")
+    predicted = None
+    conditions = _conditions(point)
+    executed, useful = point.get("executed_flops"), point.get("flops")
+    if efficiency > ROOF_BEATEN_EFFICIENCY:
+        cause = "above_roof"
+        evidence |= _figures(point, "flops", "bytes", "attainable_flops_per_s")
+        evidence |= _figures(point, "peak_flops_per_s", "bandwidth_b_per_s")
+        step = (
+            "check the ledger (F and Q of this kernel), then the roof (is a faster path or level "
+            "missing from the ceilings?), then the conditions: "
+            + (", ".join(conditions) or "none flagged")
+        )
+    elif conditions:
+        cause = "conditions"
+        ratio = _clock_ratio(point)
+        evidence |= _figures(point, "disturbed", "disturbance", "clock_mhz", "roof_clock_mhz")
+        if ratio is not None and limiter == "compute":
+            evidence["efficiency_at_its_clock"] = efficiency * ratio
+        step = f"re-measure on a quiet machine at its roof's clock ({', '.join(conditions)})"
+    elif executed and useful and executed > WASTED_WORK * useful:
+        cause = "wasted_work"
+        evidence |= _figures(point, "flops", "executed_flops")
+        evidence["executed_over_useful"] = executed / useful
+        step = "skip the work that is thrown away (zeros, padding, recomputation)"
+        predicted = point["median_s"] * useful / executed
+    elif limiter == "compute":
+        evidence |= _figures(point, "compute_path", "peak_flops_per_s")
+        if efficiency >= AT_ROOF:
+            cause = "at_roof"
+            step = (
+                "nothing left on this path: change the algorithm (its F or Q), or look a level "
+                "up (end to end, the timeline)"
+            )
+        else:
+            cause = "compute_path"
+            step, more = _compute_path(point)
+            evidence |= more
+            predicted = point["bound_s"]
+    else:
+        evidence |= _figures(point, "level", "bandwidth_b_per_s")
+        if efficiency >= NEAR_BANDWIDTH:
+            cause = "low_reuse"
+            step, predicted, more = _low_reuse(point)
+            evidence |= more
+        else:
+            cause = "memory_parallelism"
+            step = (
+                "too few outstanding requests, or dependent or scattered accesses: more "
+                f"independent streams, prefetch, a contiguous layout, until {point['level']} "
+                "bandwidth is reached"
+            )
+            predicted = point["bound_s"]
+    counted = point.get("q_source") == "counters"
+    assert cause in DIAGNOSIS_CAUSES
+    return {
+        "run_id": point["run_id"],
+        "machine_id": point["machine_id"],
+        "key": point["config_id"],
+        "kind": "counted" if counted else point.get("kind"),
+        "cache_state": point["cache_state"],
+        "level": point["level"],
+        "limiter": limiter,
+        "efficiency": efficiency,
+        "median_s": point["median_s"],
+        "cause": cause,
+        "evidence": json.dumps({k: _plain(v) for k, v in evidence.items()}),
+        "next_step": step,
+        "predicted_s": predicted,
+        "counters_run_id": point.get("counters_run_id"),
+    }
+
+
+def _plain(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
