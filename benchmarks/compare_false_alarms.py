@@ -6,10 +6,11 @@ Runs the same GEMM sweep (the default campaign's fp32 and fp64 weight reuse, M =
 N = K = 1024, warm and cold, with the default campaign's timing) `--runs` times in a row on a
 quiet machine, each run ingested into a fresh store, and compares every run with the one before
 it at the default settings (`rooflab.store.comparisons.compare_runs`): every `slower` or `faster`
-among these identical reruns is a false alarm. The pairs whose candidate has three earlier runs
+of the samples (`samples_verdict`, also where the verdict is inconclusive) among these identical
+reruns is a false alarm. The pairs whose candidate has three earlier runs
 (`rooflab.comparison.MIN_HISTORY`: the key's run-to-run spread is known and raises the effect a
-verdict needs) are counted apart from the first pairs, whose verdicts are provisional (`rooflab
-compare --fail-on regression` does not fail on them). Then one more
+verdict needs) are counted apart from the first pairs, whose verdicts are provisional (a `slower`
+there is inconclusive: `rooflab compare --fail-on regression` does not fail on it). Then one more
 run with as many busy-loop processes as the machine has CPUs spinning through it (a neighbour
 taking the machine), compared with the last quiet run: each point it made slower by more than
 the minimum effect should read `slower` or be flagged `disturbed` (conditions_changed says so).
@@ -126,11 +127,11 @@ def main() -> int:
         print("\npair                                              slower faster same incomparable")
         for baseline, candidate in itertools.pairwise(runs):
             rows = verdicts(db, baseline, candidate, args.min_effect)
-            counts = collections.Counter(r["verdict"] for r in rows)
+            counts = collections.Counter(r["samples_verdict"] for r in rows)
             earlier = runs.index(candidate)  # runs of each key before the candidate
             assert all(r["provisional"] == (earlier < MIN_HISTORY) for r in rows), "provisional"
             (tally if earlier >= MIN_HISTORY else first).update(counts)
-            alarms_here.extend(r for r in rows if r["verdict"] in ("slower", "faster"))
+            alarms_here.extend(r for r in rows if r["samples_verdict"] in ("slower", "faster"))
             print(
                 f"{baseline} → {candidate[-8:]}  {counts['slower']:6} {counts['faster']:6} "
                 f"{counts['same']:4} {counts['incomparable']:12}"
@@ -156,7 +157,7 @@ def main() -> int:
             loaded = one_run(backend, results, db, sweep, timing)
         rows = verdicts(db, runs[-1], loaded, args.min_effect)
         disturbed = [r for r in rows if "disturbed" in (r["conditions_changed"] or "")]
-        slower = [r for r in rows if r["verdict"] == "slower"]
+        slower = [r for r in rows if r["samples_verdict"] == "slower"]
         moved = [r for r in rows if r["ratio"] and r["ratio"] >= 1 + args.min_effect]
         caught = [r for r in moved if r in slower or r in disturbed]
         print(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import textwrap
 
 import duckdb
@@ -131,20 +132,30 @@ def test_the_newest_run_against_the_one_before_is_slower_and_fails_the_ci(store)
         assert key in pair
 
 
-def test_without_a_history_a_slower_run_is_provisional_and_fails_only_any_slower(young):
+def test_without_a_history_a_slower_run_is_inconclusive_exit_3_and_fails_any_slower(young):
     result, (pair,) = _compare(young, "--fail-on", "regression")
-    assert (pair["verdict"], pair["provisional"]) == ("slower", True)
-    assert result.returncode == 0
-    assert "provisional: nap/fp32/default warm slower" in result.stderr
-    assert "rerun to confirm" in result.stderr and "regression:" not in result.stderr
+    assert (pair["verdict"], pair["samples_verdict"], pair["provisional"]) == (
+        "inconclusive",
+        "slower",
+        True,
+    )
+    assert result.returncode == 3  # neither "no regression" (0) nor "regression confirmed" (1)
+    assert (
+        "inconclusive: nap/fp32/default warm: slower by its samples, but provisional: fewer "
+        "than 3 earlier runs give no run-to-run spread"
+    ) in result.stderr
+    assert "0 slower" in result.stderr and "1 inconclusive" in result.stderr
+    assert "regression:" not in result.stderr and "(exit 3)" in result.stderr
     strict, _ = _compare(young, "--fail-on", "any-slower")
     assert strict.returncode == 1
     assert "regression: nap/fp32/default warm slower" in strict.stderr
+    assert _compare(young)[0].returncode == 0  # without --fail-on, only the verdicts are said
     with duckdb.connect(str(young["db"]), read_only=True) as con:
         (says,) = con.execute("SELECT says FROM comparisons").fetchone()
     # the verdict, then what changed between the runs where anything did (here: the CPU clock)
     verdict = says.split("; changed:")[0]
-    assert verdict.startswith("slower (1.") and verdict.endswith(", provisional")
+    assert verdict.startswith("inconclusive (slower by its samples: provisional: fewer than 3")
+    assert ") (1." in verdict
 
 
 def test_identical_runs_are_the_same_and_pass(store):
@@ -276,3 +287,40 @@ def test_two_kernels_under_one_name_are_incomparable_and_the_change_is_named(tmp
         "work entry naps:nap, dtype fp32, 1 FLOP, 1 B → entry naps:nap, dtype fp32, 1000 FLOP"
         in (pair["conditions_changed"])
     )
+
+
+def test_a_disturbed_side_or_a_busy_machine_is_inconclusive_and_a_changed_accuracy_is_said(
+    store, tmp_path
+):
+    """The store's two first runs (2 ms both: `same`), with the candidate marked disturbed, then
+    the baseline's machine busy, then the candidate's check 500x less accurate."""
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(store["db"], db)
+    first, second, *_ = store["runs"]
+    with duckdb.connect(str(db)) as con:
+        (pair,) = compare_runs(con, first, second)
+        assert (pair["verdict"], pair["accuracy_changed"]) == ("same", None)
+        con.execute("UPDATE timed_points SET disturbed = true WHERE run_id = ?", [second])
+        (pair,) = compare_runs(con, first, second)
+        assert (pair["verdict"], pair["samples_verdict"]) == ("inconclusive", "same")
+        assert pair["note"] == "candidate disturbed"
+        con.execute("UPDATE timed_points SET disturbed = false WHERE run_id = ?", [second])
+        con.execute("UPDATE runs SET busy_warning = 'busy' WHERE run_id = ?", [first])
+        (pair,) = compare_runs(con, first, second)
+        assert pair["note"] == "machine busy before the baseline"
+        con.execute("UPDATE runs SET busy_warning = NULL WHERE run_id = ?", [first])
+        for run_id, error in ((first, 1e-7), (second, 5e-5)):
+            con.execute(
+                "INSERT INTO correctness BY NAME SELECT ? AS run_id, 'nap/fp32/default' AS "
+                "config_id, 'max_relative_error' AS metric, ? AS error, 1e-4 AS tolerance, "
+                "true AS passed",
+                [run_id, error],
+            )
+        (pair,) = compare_runs(con, first, second)
+    assert pair["verdict"] == "same"  # as fast, but no longer as accurate: said beside it
+    assert pair["accuracy_changed"] == "max_relative_error 1e-07 → 5e-05 (tolerance 0.0001)"
+    result = run_rooflab(
+        "compare", "--db", db, "--baseline", first, "--candidate", second, "--fail-on", "regression"
+    )
+    assert result.returncode == 0
+    assert "accuracy changed: nap/fp32/default warm (same): max_relative_error" in result.stderr

@@ -47,7 +47,9 @@ MIN_HISTORY = 3  # earlier runs of a key from which its run-to-run spread is est
 RUN_CONFIDENCE = 0.99  # of the run-to-run bounds
 MIN_KEYS = 8  # keys of one pair of runs from which their spread across keys is estimated
 MAX_SAMPLES = 2000  # per side: evenly thinned above it (the pairwise differences grow as n·m)
-VERDICTS = ("faster", "slower", "same", "incomparable")
+# `inconclusive`: a verdict of the samples that is no judgement (store.comparisons: a side
+# disturbed or on a busy machine, or slower but provisional)
+VERDICTS = ("faster", "slower", "same", "incomparable", "inconclusive")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """`rooflab compare`: two runs of each point and ceiling, judged beyond noise, with what changed
-between them (docs/compare.md); exit 1 with --fail-on regression when anything got slower beyond
-its known run-to-run spread (with --fail-on any-slower, provisional verdicts too)."""
+between them (docs/compare.md). With --fail-on regression: exit 1 when anything got slower beyond
+its known run-to-run spread, else 3 when some pair is inconclusive (a side disturbed or on a busy
+machine, a slower verdict still provisional), else 0; with --fail-on any-slower, exit 1 on every
+slower verdict of the samples, provisional or not."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from rooflab.cli.output import UsageError, print_rows
 JSON_COLUMNS = ("key", "kind", "name", "machine_id", "backend", "baseline_run_id")
 JSON_COLUMNS += ("candidate_run_id", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high")
 JSON_COLUMNS += ("p_value", "verdict", "provisional", "method", "conditions_changed", "note")
+JSON_COLUMNS += ("samples_verdict", "accuracy_changed")
 TABLE_COLUMNS = ("key", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high", "verdict")
-TABLE_COLUMNS += ("provisional", "conditions_changed")
+TABLE_COLUMNS += ("provisional", "conditions_changed", "accuracy_changed")
+INCONCLUSIVE = 3  # the exit status of --fail-on when no regression is confirmed but one could hide
 FAIL_ON = ("regression", "any-slower")
 
 
@@ -50,24 +54,33 @@ def cmd_compare(args) -> int:
         )
     columns = JSON_COLUMNS if args.format == "json" else TABLE_COLUMNS
     print_rows([{c: row[c] for c in columns} for row in rows], args.format)
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("slower", "faster", "same")}
-    counts["incomparable"] = sum(r["verdict"] == "incomparable" for r in rows)
-    slower = [r for r in rows if r["verdict"] == "slower"]
-    provisional = [r["key"] for r in slower if r["provisional"]]
+    verdicts = ("slower", "faster", "same", "incomparable", "inconclusive")
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in verdicts}
     print(
         "rooflab: "
         + ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
         + f" (minimum effect {args.min_effect:.0%})",
         file=sys.stderr,
     )
-    if provisional:
-        print(
-            f"rooflab: provisional: {', '.join(provisional)} slower, but without 3 earlier runs "
-            "the run-to-run spread is not known (rerun to confirm)",
-            file=sys.stderr,
-        )
-    failing = [r["key"] for r in slower if args.fail_on == "any-slower" or not r["provisional"]]
+    for row in rows:
+        if row["verdict"] == "inconclusive":
+            said = f"{row['key']}: {row['samples_verdict']} by its samples, but {row['note']}"
+            print(f"rooflab: inconclusive: {said}", file=sys.stderr)
+        if row["accuracy_changed"] and row["verdict"] != "incomparable":
+            said = f"{row['key']} ({row['verdict']}): {row['accuracy_changed']}"
+            print(f"rooflab: accuracy changed: {said}", file=sys.stderr)
+    slower = {"slower"} | ({"inconclusive"} if args.fail_on == "any-slower" else set())
+    failing = [
+        r["key"] for r in rows if r["verdict"] in slower and r["samples_verdict"] == "slower"
+    ]
     if args.fail_on and failing:
         print(f"rooflab: regression: {', '.join(failing)} slower", file=sys.stderr)
         return 1
+    if args.fail_on and counts["inconclusive"]:
+        print(
+            f"rooflab: no regression confirmed, but {counts['inconclusive']} pair(s) inconclusive "
+            f"(exit {INCONCLUSIVE}): rerun them on a quiet machine",
+            file=sys.stderr,
+        )
+        return INCONCLUSIVE
     return 0

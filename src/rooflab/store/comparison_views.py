@@ -77,17 +77,25 @@ COMPARISON_VIEWS_SQL = {
     # samples: Mann-Whitney and a Hodges-Lehmann interval for the ratio of medians, and a minimum
     # effect): `baseline_s`, `candidate_s` (a ceiling: the time of the baseline's amount of work
     # at each run's rate), `ratio` (candidate / baseline: above 1 is slower), `ci_low`..`ci_high`,
-    # `p_value`, `verdict` (faster, slower, same, incomparable), `method` (samples, or summary
-    # where a run's samples were pruned), `provisional` (the key's run-to-run spread not known
-    # yet), `conditions_changed` (what differs between the runs), and `says`.
+    # `p_value`, `verdict` (faster, slower, same, incomparable, inconclusive: a side disturbed or
+    # on a busy machine, or slower but provisional; `samples_verdict` the samples' own, `note`
+    # why), `method` (samples, or summary where a run's samples were pruned), `provisional` (the
+    # key's run-to-run spread not known yet), `conditions_changed` (what differs between the
+    # runs), `accuracy_changed` (a correctness error that moved beyond its tolerance's noise),
+    # and `says`.
     "comparisons": """
         SELECT c.*,
                c.verdict
-               || CASE WHEN c.verdict IN ('faster', 'slower')
+               || CASE WHEN c.verdict = 'inconclusive'
+                       THEN ' (' || coalesce(c.samples_verdict, '?') || ' by its samples: '
+                            || coalesce(c.note, '') || ')' ELSE '' END
+               || CASE WHEN coalesce(c.samples_verdict, c.verdict) IN ('faster', 'slower')
                        THEN printf(' (%.3gx, %.3g to %.3g)', c.ratio, c.ci_low, c.ci_high)
                        ELSE '' END
                || CASE WHEN c.verdict IN ('faster', 'slower') AND c.provisional
                        THEN ', provisional' ELSE '' END
+               || CASE WHEN c.accuracy_changed IS NOT NULL
+                       THEN '; accuracy changed: ' || c.accuracy_changed ELSE '' END
                || CASE WHEN c.conditions_changed IS NOT NULL
                        THEN '; changed: ' || c.conditions_changed ELSE '' END AS says
         FROM run_comparisons AS c

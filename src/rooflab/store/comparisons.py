@@ -52,7 +52,14 @@ COLUMNS = (
     ("provisional", "BOOLEAN"),
     ("conditions_changed", "VARCHAR"),
     ("note", "VARCHAR"),
+    # the samples' own verdict where `verdict` is `inconclusive` (else the same)
+    ("samples_verdict", "VARCHAR"),
+    # a correctness error that moved beyond its tolerance's noise, metric by metric
+    ("accuracy_changed", "VARCHAR"),
 )
+# A correctness error moved beyond noise when it changed by more than this fraction of its
+# tolerance (the seeded inputs give the same error run after run for the same implementation).
+ACCURACY_NOISE = 0.1
 
 
 def ensure_comparisons_table(connection) -> None:
@@ -107,6 +114,60 @@ def _samples(connection, pairs: list[dict]) -> dict[tuple, tuple[list, list, lis
     for key, rounds in by_round.items():
         found[key][3].extend(float(np.median(times)) for _, times in sorted(rounds.items()))
     return found
+
+
+def _accuracy(connection, pairs: list[dict]) -> dict[tuple, dict[str, tuple]]:
+    """(run_id, config_id) -> {metric: (largest error, its tolerance, all passed)} of every run
+    and key in `pairs`: the checks in the timing run itself."""
+    wanted = {(p[side], p["config_id"]) for p in pairs for side in ("baseline", "candidate")}
+    if not wanted:
+        return {}
+    connection.register("_wanted", _frame(wanted))
+    try:
+        rows = connection.execute(
+            "SELECT c.run_id, c.config_id, c.metric, max(c.error), max(c.tolerance), "
+            "bool_and(c.passed) FROM correctness AS c JOIN _wanted AS w USING (run_id, config_id) "
+            "GROUP BY ALL"
+        ).fetchall()
+    finally:
+        connection.unregister("_wanted")
+    found: dict[tuple, dict[str, tuple]] = {}
+    for run_id, config_id, metric, error, tolerance, passed in rows:
+        found.setdefault((run_id, config_id), {})[metric] = (error, tolerance, passed)
+    return found
+
+
+def _accuracy_changed(base: dict[str, tuple], cand: dict[str, tuple]) -> str | None:
+    """Each metric whose error moved beyond ACCURACY_NOISE of its tolerance, or whose check
+    passed on one side only: `metric error → error (tolerance t)`."""
+    said = []
+    for metric in sorted(set(base) & set(cand)):
+        (b_error, tolerance, b_passed), (c_error, _, c_passed) = base[metric], cand[metric]
+        if b_error is None or c_error is None:
+            continue
+        if b_passed != c_passed or abs(c_error - b_error) > ACCURACY_NOISE * (tolerance or 0):
+            passed = "" if b_passed == c_passed else f", passed {b_passed} → {c_passed}"
+            said.append(
+                f"{metric} {b_error:.3g} → {c_error:.3g} (tolerance {tolerance:.3g}{passed})"
+            )
+    return "; ".join(said) or None
+
+
+def _cannot_judge(compared: Compared, base_row: dict, cand_row: dict, runs: tuple) -> list[str]:
+    """Why a verdict from these two runs is not a judgement: a side disturbed or taken on a busy
+    machine, or a slower verdict without the key's run-to-run spread."""
+    if compared.verdict == "incomparable":
+        return []
+    why = []
+    for side, row, run in zip(SIDES, (base_row, cand_row), runs, strict=True):
+        why += [f"{side} disturbed"] if row["disturbed"] else []
+        why += [f"machine busy before the {side}"] if run.get("busy_warning") else []
+    if compared.verdict == "slower" and compared.provisional:
+        why.append("provisional: fewer than 3 earlier runs give no run-to-run spread")
+    return why
+
+
+SIDES = ("baseline", "candidate")
 
 
 def _frame(wanted):
@@ -215,6 +276,7 @@ def compare_runs(
     pairs = _pairs(connection, baseline, candidate, machine)
     samples = _samples(connection, pairs)
     runs = _runs(connection, [p[s] for p in pairs for s in ("baseline", "candidate")])
+    accuracy = _accuracy(connection, pairs)
     spread = _across_keys(pairs)
     out = []
     for pair in pairs:
@@ -238,6 +300,11 @@ def compare_runs(
                 compared, ratio=None, ci_low=None, ci_high=None, p_value=None,
                 verdict="incomparable", note=f"different work ({what})", provisional=False,
             )  # fmt: skip
+        samples_verdict = compared.verdict
+        sides_runs = (runs[pair["baseline"]], runs[pair["candidate"]])
+        if why := _cannot_judge(compared, base_row, cand_row, sides_runs):
+            compared = dataclasses.replace(compared, verdict="inconclusive", note="; ".join(why))
+        checks = [accuracy.get((pair[side], pair["config_id"]), {}) for side in SIDES]
         out.append(
             {
                 "machine_id": pair["machine_id"],
@@ -262,6 +329,8 @@ def compare_runs(
                 "provisional": compared.provisional,
                 "conditions_changed": "; ".join(changed) or None,
                 "note": compared.note,
+                "samples_verdict": samples_verdict,
+                "accuracy_changed": _accuracy_changed(*checks),
             }
         )
     return out
