@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from rooflab.report import build_report
-from rooflab.report.summary import UNPLACED_SHOWN
+from rooflab.report.summary import FURTHEST_SHOWN, UNPLACED_SHOWN
 from rooflab.roofline import analyse_results, roof_faults, write_analysis
 from rooflab.store import ingest, query
+from rooflab.vocabulary import DIAGNOSIS_CAUSES
 from rooflab.workflow import campaign_summary, write_receipt
 from tests.report_pages import tables_of
 from tests.store_runs import T0, ceilings_run, gemm_run
@@ -183,3 +184,26 @@ def test_the_summary_counts_only_the_campaigns_runs(campaign):
     # a campaign without the roofline step's tables says neither
     gone = campaign["root"] / "no-roofline"
     assert campaign_summary("x", "y", campaign["receipts"], roofline=str(gone)) == []
+
+
+def test_the_report_lists_the_points_furthest_from_their_roofs_with_why(campaign):
+    """Issue 43: per machine, the diagnosed points furthest from their roofs (view diagnoses);
+    the ledger 100x too large is `above_roof`, and every drawn point's tooltip has its cause."""
+    page = campaign["report"].index.read_text()
+    tables = tables_of(page, "diagnoses")
+    assert tables
+    for header, *rows in tables:
+        assert header == [
+            "point", "kind", "cache state", "level", "efficiency", "cause", "next step", "median",
+            "predicted",
+        ]  # fmt: skip
+        assert 1 <= len(rows) <= FURTHEST_SHOWN
+        efficiency = [float(row[4]) for row in rows]
+        assert efficiency == sorted(efficiency) and all(row[5] in DIAGNOSIS_CAUSES for row in rows)
+    too_large = query(
+        campaign["db"], f"SELECT * FROM diagnoses WHERE key = '{campaign['too_large']}'"
+    ).to_pylist()
+    assert {d["cause"] for d in too_large} == {"above_roof"} and len(too_large) == 2
+    drawn = query(campaign["db"], "SELECT config_id, cause, next_step FROM latest_model_points")
+    assert drawn.num_rows and all(r["cause"] and r["next_step"] for r in drawn.to_pylist())
+    assert "why it sits there (rooflab explain)" in page  # the Roofline's tooltip

@@ -84,6 +84,11 @@ def unplaced_points(connection, scope) -> pd.DataFrame:
     )
 
 
+def furthest_from_roof(connection, scope) -> pd.DataFrame:
+    """The machine's diagnosed points, furthest from their roofs first (view diagnoses)."""
+    return _scoped(connection, "diagnoses", scope, ("efficiency", "key", "cache_state", "level"))
+
+
 def counter_points(connection, scope) -> pd.DataFrame:
     order = ("sweep", "dtype", "n", "k", "m", "cache_state", "level")
     return _scoped(connection, "latest_counted_points", scope, order)

@@ -157,6 +157,8 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale, unit: str = "FLOP") -> alt.
         alt.Tooltip("intensity:Q", title=f"intensity ({unit}/byte)", format=".3~g"),
         alt.Tooltip("q_source:N", title="bytes from (q_source)"),
         alt.Tooltip("disturbance:N", title="disturbed by other processes"),
+        alt.Tooltip("cause:N", title="why it sits there (rooflab explain)"),
+        alt.Tooltip("next_step:N", title="what to try next"),
         alt.Tooltip("run_id:N", title="run"),
     ]
     import pandas as pd

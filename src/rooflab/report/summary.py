@@ -180,11 +180,45 @@ def summary_html(connection, scope, facts) -> str:
                 "the ceilings run and the sweep ran under different conditions (compare the clocks "
                 "in the conditions chart, and the load on the machine).</p>"
             )
+    out.append(furthest_html(queries.furthest_from_roof(connection, scope), scope))
     out.append(unplaced_html(queries.unplaced_points(connection, scope), scope))
     return "\n".join(out)
 
 
 UNPLACED_SHOWN = 50  # rows of the unplaced points' table; the rest by SQL
+FURTHEST_SHOWN = 10  # rows of the table of the points furthest from their roofs
+
+
+def furthest_html(rows: pd.DataFrame, scope) -> str:
+    """The FURTHEST_SHOWN points furthest from their roofs (view diagnoses): why each sits
+    there, what to try next and the bound after it; the query for all (docs/diagnosis.md)."""
+    import pandas as pd
+
+    if rows.empty:
+        return ""
+    shown = rows.head(FURTHEST_SHOWN)
+    table = pd.DataFrame(
+        {
+            "point": shown.key,
+            "kind": shown.kind,
+            "cache state": shown.cache_state,
+            "level": shown.level,
+            "efficiency": [f"{e:.3g}" for e in shown.efficiency],
+            "cause": shown.cause,
+            "next step": shown.next_step,
+            "median": [format_quantity(t, "time", 3) for t in shown.median_s],
+            "predicted": [
+                format_quantity(t, "time", 3) if pd.notna(t) else "" for t in shown.predicted_s
+            ],
+        }
+    )
+    sql = queries.view_sql("diagnoses", scope)
+    return (
+        f"<h3>Furthest from their roofs</h3><p class='diagnoses'>The {len(shown)} point(s) "
+        "furthest from their roofs, why each sits there and what to try next, with the bound "
+        f"after that step (all {len(rows)}: <code>rooflab explain</code>, or "
+        f"<code>{html.escape(sql)}</code>):</p>" + table_html(table, "diagnoses")
+    )
 
 
 def unplaced_html(rows: pd.DataFrame, scope) -> str:

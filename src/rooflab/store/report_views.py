@@ -132,8 +132,8 @@ REPORT_VIEWS_SQL = {
     # disturbance as text), iqr_ratio, and the clock range of its samples in MHz; started_at, the
     # start of its run; above_roof, whether it beat its own roof (achieved over attainable,
     # efficiency > 1); far_below_roof, whether its efficiency is under FAR_BELOW_ROOF (1 %): a
-    # time neither roof explains. A configuration whose newest check failed is not drawn, even if
-    # an older run timed it.
+    # time neither roof explains; its diagnosis's `cause` and `next_step` (point_diagnoses). A
+    # configuration whose newest check failed is not drawn, even if an older run timed it.
     "latest_model_points": f"""
         WITH latest AS (
             SELECT p.*, r.backend, r.started_at
@@ -160,9 +160,12 @@ REPORT_VIEWS_SQL = {
                g.disturbed IS NOT NULL AS judged,
                {_disturbance_text("g")} AS disturbance,
                (g.p75_s - g.p25_s) / g.median_s AS iqr_ratio,
-               c.clock_min_mhz, c.clock_max_mhz
+               c.clock_min_mhz, c.clock_max_mhz, d.cause, d.next_step
         FROM latest AS l
         LEFT JOIN timed_points AS g USING (run_id, config_id, cache_state)
+        LEFT JOIN point_diagnoses AS d
+          ON d.run_id = l.run_id AND d.key = l.config_id AND d.cache_state = l.cache_state
+         AND d.level = l.level AND d.kind <> 'counted'
         LEFT JOIN (
             SELECT run_id, config_id, cache_state, min(clock_mhz) AS clock_min_mhz,
                    max(clock_mhz) AS clock_max_mhz
