@@ -1,13 +1,15 @@
 # Roofline points of every timed configuration against the ceilings of its own machine (model
 # bytes), hierarchical points from trusted, correctly paired hardware counters, and per ceilings
 # run what the report draws beside them: cache capacities, datasheet roofs, stage bounds; and each
-# timed point that got no Roofline point, with why.
+# timed point that got no Roofline point, with why; and why each point (and each timeline step)
+# sits where it does.
 rule roofline:
     input:
         ceilings=ceilings_receipts,
         timings=timing_receipts,
         counters=counters_receipts,
         workloads=workload_receipts,
+        timelines=timeline_receipts,
         devices=DEVICES_FILE,
     output:
         points="results/roofline/roofline_points.parquet",
@@ -15,6 +17,7 @@ rule roofline:
         datasheets="results/roofline/datasheet_roofs.parquet",
         stages="results/roofline/stage_bounds.parquet",
         unplaced="results/roofline/unplaced_points.parquet",
+        diagnoses="results/roofline/point_diagnoses.parquet",
         inputs="results/roofline/roofline_inputs.parquet",
     log:
         "logs/roofline.log",

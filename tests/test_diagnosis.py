@@ -7,7 +7,13 @@ import json
 import pytest
 
 from rooflab.model import gemm_ledger
-from rooflab.roofline.diagnosis import AT_ROOF, CLOCK_MARGIN, NEAR_BANDWIDTH, diagnose
+from rooflab.roofline.diagnosis import (
+    AT_ROOF,
+    CLOCK_MARGIN,
+    GAPS_SHARE,
+    NEAR_BANDWIDTH,
+    diagnose,
+)
 from rooflab.vocabulary import DIAGNOSIS_CAUSES
 from tests.table_rows import table_row
 
@@ -108,6 +114,20 @@ def test_executed_work_beyond_the_useful_is_wasted_work_predicted_without_it():
     assert diagnose(point(0.9, "compute", m=None, executed_flops=3 * 2**20))["cause"] == "at_roof"
 
 
+def test_a_step_whose_gaps_are_a_large_share_has_launch_gaps_predicted_at_its_busy_time():
+    # an eager step: 100 us of which 30 us between kernels (a timeline step, as timeline_points
+    # gives it: its own figures, named by the columns of timeline_steps)
+    step = {"step_s": 100e-6, "busy_s": 70e-6, "gap_s": 30e-6}
+    eager = point(0.2, "memory", m=None, median_s=100e-6, kind="timeline") | step
+    diagnosis = diagnose(eager)
+    assert (diagnosis["cause"], diagnosis["kind"]) == ("launch_gaps", "timeline")
+    assert diagnosis["predicted_s"] == pytest.approx(70e-6)
+    assert evidence(diagnosis)["gap_fraction"] == pytest.approx(0.3)
+    assert evidence(diagnosis)["timeline_steps.gap_s"] == 30e-6
+    few = point(0.2, "memory", m=None, median_s=100e-6) | {**step, "gap_s": GAPS_SHARE * 99e-6}
+    assert diagnose(few | {"kind": "timeline"})["cause"] == "memory_parallelism"
+
+
 def test_a_ledger_declared_too_large_puts_the_point_above_its_roof():
     diagnosis = diagnose(point(100.0, "memory", m=1))
     assert diagnosis["cause"] == "above_roof" and diagnosis["predicted_s"] is None
@@ -142,6 +162,7 @@ def test_every_cause_is_reached_by_some_point():
         point(100.0),
         point(0.3, "compute", m=64, disturbed=True),
         point(0.9, "compute", m=None, executed_flops=2**24),
+        point(0.2, m=None, kind="timeline") | {"step_s": 1.0, "gap_s": 1.0, "busy_s": 0.0},
         point(0.9, "compute", m=64),
         point(0.3, "compute", m=17),
         point(0.7),

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from rooflab.cli.measure_timeline import COLUMNS
+from rooflab.roofline.diagnosis import GAPS_SHARE
 from tests.conftest import run_rooflab
 
 CONFIG = {
@@ -90,3 +91,31 @@ def test_timeline_modes_have_a_history_and_are_compared(measured, tmp_path):
     keys = {row["key"]: row for row in json.loads(compared.stdout)}
     assert set(keys) == {"small/eager warm", "small/fused warm"}
     assert all(row["method"] == "samples" and row["verdict"] for row in keys.values())
+
+
+def test_each_mode_is_diagnosed_on_the_machines_ceilings(measured, quick_ceilings_run, tmp_path):
+    """Issue 43: each measured step gets a diagnosis (kind timeline) on the bound the
+    timeline_modes view gives it; launch_gaps exactly where its gaps pass GAPS_SHARE of the
+    step, predicted at its busy time."""
+    folder, _, _ = measured
+    results = tmp_path / "results"
+    shutil.copytree(folder / "runs", results / "timeline")
+    shutil.copytree(quick_ceilings_run[1], results / "ceilings" / quick_ceilings_run[1].name)
+    db = tmp_path / "store.duckdb"
+    rebuilt = run_rooflab("store", "rebuild", "--db", db, "--results", results)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    explained = run_rooflab("explain", "--db", db, "--format", "json")
+    steps = {d["key"]: d for d in json.loads(explained.stdout) if d["kind"] == "timeline"}
+    assert set(steps) == {"small/eager", "small/fused"}
+    with duckdb.connect(str(db), read_only=True) as con:
+        modes = con.execute("SELECT mode, bound_s, step_s, busy_s, gap_s FROM timeline_modes")
+        modes = {mode: figures for mode, *figures in modes.fetchall()}
+    for key, diagnosis in steps.items():
+        bound_s, step_s, busy_s, gap_s = modes[key.split("/")[1]]
+        assert diagnosis["efficiency"] == pytest.approx(bound_s / step_s)
+        assert (diagnosis["cause"] == "launch_gaps") == (gap_s > GAPS_SHARE * step_s)
+        if diagnosis["cause"] == "launch_gaps":
+            assert diagnosis["predicted_s"] == pytest.approx(busy_s)
+            assert diagnosis["evidence"]["timeline_steps.gap_s"] == pytest.approx(gap_s)
+        else:
+            assert diagnosis["evidence"]["timeline_modes.bound_s"] == pytest.approx(bound_s)

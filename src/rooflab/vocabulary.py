@@ -68,6 +68,7 @@ DIAGNOSIS_CAUSES = (
     "above_roof",
     "conditions",
     "wasted_work",
+    "launch_gaps",
     "at_roof",
     "compute_path",
     "low_reuse",

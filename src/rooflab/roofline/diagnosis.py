@@ -13,6 +13,8 @@ step (`predicted_s`, seconds, from rooflab.model):
    scale with the clock).
 3. `wasted_work`: the implementation executes more than WASTED_WORK x the useful FLOPs (its ledger's
    `executed_flops`); predicted: its time were the executed work the useful work.
+   `launch_gaps` (a timeline step): its gaps (step minus busy time) are more than GAPS_SHARE of
+   the step; predicted: the step at its busy time (fused, or a CUDA Graph).
 4. compute-bound by its ledger: `at_roof` at AT_ROOF of its roof or more (nothing left on this path:
    change F or Q, or look a level up); else `compute_path` (the path is not used in full: tile
    tails, too little parallelism, a narrower path); predicted: its bound on its path.
@@ -26,11 +28,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
+from pathlib import Path
 
 from rooflab.model import ModelError, bound, gemm_ledger
+from rooflab.records import read_run
+from rooflab.roofline.points import MEMORY_LEVEL, resident_level
 from rooflab.vocabulary import DIAGNOSIS_CAUSES, ROOF_BEATEN_EFFICIENCY
 
 AT_ROOF = 0.8
+# the timeline_modes view's columns a timeline step's figures are named by (docs/timelines.md)
+TIMELINE_MODES_COLUMNS = ("bound_s", "noisy", "disturbed", "disturbance", "flops", "bytes")
+TIMELINE_MODES_COLUMNS += ("compute_path", "peak_flops_per_s", "memory_level", "bandwidth_b_per_s")
+GAPS_SHARE = 0.2  # a step whose gaps (step minus busy) are more of its time has launch gaps
 NEAR_BANDWIDTH = 0.5
 WASTED_WORK = 1.5
 CLOCK_MARGIN = 0.10
@@ -40,7 +50,10 @@ TILE = 16  # a shape off multiples of this leaves tile tails on every CPU and GP
 
 
 def _figures(point: dict, *columns: str) -> dict:
-    return {f"roofline_points.{c}": point.get(c) for c in columns}
+    """Figures of the point named by the store's column each is (`roofline_points.efficiency`;
+    a timeline step's `timeline_modes.bound_s`), or by name alone where worked out here."""
+    table, stored = point.get("source", ("roofline_points", None))
+    return {(f"{table}.{c}" if stored is None or c in stored else c): point.get(c) for c in columns}
 
 
 def _clock_ratio(point: dict) -> float | None:
@@ -148,6 +161,12 @@ def diagnose(point: dict) -> dict:
         evidence["executed_over_useful"] = executed / useful
         step = "skip the work that is thrown away (zeros, padding, recomputation)"
         predicted = point["median_s"] * useful / executed
+    elif (point.get("gap_s") or 0) > GAPS_SHARE * point["median_s"]:
+        cause = "launch_gaps"
+        evidence = {f"timeline_steps.{c}": point[c] for c in ("step_s", "busy_s", "gap_s")}
+        evidence |= {"efficiency": efficiency, "gap_fraction": point["gap_s"] / point["median_s"]}
+        step = "fuse the step's kernels, or replay it as a CUDA Graph: its gaps are launch time"
+        predicted = point["busy_s"]
     elif limiter == "compute":
         evidence |= _figures(point, "compute_path", "peak_flops_per_s")
         if efficiency >= AT_ROOF:
@@ -181,7 +200,7 @@ def diagnose(point: dict) -> dict:
         "run_id": point["run_id"],
         "machine_id": point["machine_id"],
         "key": point["config_id"],
-        "kind": "counted" if counted else point.get("kind"),
+        "kind": "counted" if counted else point["kind"],
         "cache_state": point["cache_state"],
         "level": point["level"],
         "limiter": limiter,
@@ -197,3 +216,47 @@ def diagnose(point: dict) -> dict:
 
 def _plain(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def timeline_points(run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list[dict]:
+    """Each measured timeline step (a mode of a scenario) as a point to diagnose: its F and Q
+    against its machine's latest ceilings (the FMA path of its dtype; the smallest cache level
+    that holds its bytes, else the memory, as the timeline_modes view bounds it), its time the
+    step's; none where its machine has no such ceilings."""
+    points = []
+    for run_dir in run_dirs:
+        tables = read_run(run_dir)
+        (run,) = tables["runs"].to_pylist()
+        machine = ceilings.get(run["machine_id"])
+        for row in tables["timeline_steps"].to_pylist() if machine else []:
+            path = f"{row['dtype']}_fma"
+            memory = machine.get("memory_level", MEMORY_LEVEL)
+            level = resident_level(row["bytes"], machine["caches"], "warm", memory)
+            if (
+                path not in machine["peak"]
+                or level not in machine["bandwidth"]
+                or not row["step_s"]
+            ):
+                continue
+            b = bound(
+                row["flops"], row["bytes"], machine["peak"][path], machine["bandwidth"][level]
+            )
+            points.append(
+                row
+                | {
+                    "machine_id": run["machine_id"],
+                    "kind": "timeline",
+                    "source": ("timeline_modes", TIMELINE_MODES_COLUMNS),
+                    "cache_state": "warm",
+                    "level": level,
+                    "limiter": b.limiter,
+                    "efficiency": b.bound_s / row["step_s"],
+                    "median_s": row["step_s"],
+                    "bound_s": b.bound_s,
+                    "intensity": b.intensity,
+                    "compute_path": path,
+                    "peak_flops_per_s": b.peak_flops_per_s,
+                    "bandwidth_b_per_s": b.bandwidth_b_per_s,
+                }
+            )
+    return points

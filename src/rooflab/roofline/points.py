@@ -461,6 +461,7 @@ class RooflinePoints:
     n_machines: int  # machines with ceilings among the runs
     # a timed point with no point, and why (unplaced_points rows)
     dropped: list[dict] = field(default_factory=list)
+    ceilings: dict[str, dict] = field(default_factory=dict)  # latest_ceilings_by_machine
 
     @property
     def rows(self) -> list[dict]:
@@ -481,4 +482,4 @@ def build_points(
     counted, notes = counter_points(counters_runs, gemm_runs, ceilings)
     dropped: list[dict] = []
     model = roofline_points(gemm_runs, ceilings, dropped)
-    return RooflinePoints(model, counted, notes, len(ceilings), dropped)
+    return RooflinePoints(model, counted, notes, len(ceilings), dropped, ceilings)
