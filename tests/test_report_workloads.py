@@ -676,3 +676,37 @@ def test_the_page_with_workloads_renders_in_a_real_browser(built, tmp_path):
     assert "Workload relu_axpb_fused: time vs n" in headings
     times = svg_texts(chart_svg(dom, "workload_time_relu_axpb_unfused"))
     assert "Workload relu_axpb_unfused: median time and Roofline bound vs n" in times
+
+
+@pytest.mark.slow  # the store behind it runs real measurements
+def test_the_built_in_workloads_have_their_known_causes(store):
+    """Issue 43: the pointer chase (one dependent load after another) is memory_parallelism,
+    the dense block-diagonal product (8 blocks computed, 1 useful) wasted_work, predicted at an
+    eighth of its time; the blocked one wastes nothing. A point measured at another clock than
+    its roof, or disturbed, is `conditions` instead, which its evidence says."""
+    rows = query(
+        store,
+        "SELECT key, cause, evidence, predicted_s, median_s FROM diagnoses WHERE kind = 'workload'",
+    ).to_pylist()
+    by_workload: dict[str, list[dict]] = {}
+    for row in rows:
+        by_workload.setdefault(row["key"].split("/")[0], []).append(row)
+
+    def has(row: dict, cause: str) -> bool:
+        if row["cause"] == "conditions":  # said with the figures that decided it
+            evidence = json.loads(row["evidence"])
+            clocks = (
+                evidence["roofline_points.clock_mhz"],
+                evidence["roofline_points.roof_clock_mhz"],
+            )
+            return evidence["roofline_points.disturbed"] or abs(clocks[1] / clocks[0] - 1) > 0.1
+        return row["cause"] == cause
+
+    chase, dense = by_workload["pointer_chase"], by_workload["blockdiag_dense"]
+    assert len(chase) == 2 and all(has(row, "memory_parallelism") for row in chase)
+    assert len(dense) == 2 and all(has(row, "wasted_work") for row in dense)
+    for row in dense:
+        if row["cause"] == "wasted_work":
+            assert json.loads(row["evidence"])["executed_over_useful"] == pytest.approx(8)
+            assert row["predicted_s"] == pytest.approx(row["median_s"] / 8)
+    assert not [r for r in by_workload["blockdiag_blocks"] if r["cause"] == "wasted_work"]

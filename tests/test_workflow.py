@@ -145,6 +145,18 @@ def test_every_timed_point_is_placed_or_stored_as_unplaced(campaign):
     assert timed > 0 and placed + unplaced == timed
 
 
+def test_every_point_and_timeline_step_is_diagnosed(campaign):
+    """Issue 43: the roofline rule's point_diagnoses reach the store: one diagnosis per newest
+    Roofline point and per timeline step with a bound, and the report lists the furthest."""
+    points = sql(campaign, "SELECT count(*) FROM latest_roofline_points")[0][0]
+    steps = sql(campaign, "SELECT count(*) FROM timeline_modes WHERE bound_s IS NOT NULL")[0][0]
+    kinds = dict(sql(campaign, "SELECT kind, count(*) FROM diagnoses GROUP BY kind"))
+    assert points > 0 and steps == 2 and kinds.pop("timeline") == steps
+    assert sum(kinds.values()) == points
+    page = (campaign / "results" / "report" / "index.html").read_text()
+    assert "Furthest from their roofs" in page
+
+
 def test_workloads_reach_the_roofline_and_their_comparison(campaign):
     points = sql(
         campaign,
