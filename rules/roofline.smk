@@ -1,8 +1,8 @@
 # Roofline points of every timed configuration against the ceilings of its own machine (model
 # bytes), hierarchical points from trusted, correctly paired hardware counters, and per ceilings
 # run what the report draws beside them: cache capacities, datasheet roofs, stage bounds; and each
-# timed point that got no Roofline point, with why; and why each point (and each timeline step)
-# sits where it does.
+# timed point that got no Roofline point, with why; and why each point (each timeline step, each
+# measured stage and schedule) sits where it does.
 rule roofline:
     input:
         ceilings=ceilings_receipts,
@@ -10,6 +10,7 @@ rule roofline:
         counters=counters_receipts,
         workloads=workload_receipts,
         timelines=timeline_receipts,
+        stage_runs=stage_receipts,
         devices=DEVICES_FILE,
     output:
         points="results/roofline/roofline_points.parquet",

@@ -3,19 +3,23 @@ a point built to have it, with its evidence and its prediction's arithmetic; the
 real measured store, through the `diagnoses` view and `rooflab explain`."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from rooflab.model import gemm_ledger
+from rooflab.records import write_run
 from rooflab.roofline.diagnosis import (
     AT_ROOF,
     CLOCK_MARGIN,
     GAPS_SHARE,
     NEAR_BANDWIDTH,
     diagnose,
+    stage_diagnoses,
 )
 from rooflab.vocabulary import DIAGNOSIS_CAUSES
-from tests.table_rows import table_row
+from tests.store_runs import T0
+from tests.table_rows import runs_row, table_row
 
 PEAK, BANDWIDTH = 100e9, 10e9  # FLOP/s and B/s: the ridge at 10 FLOP/B
 
@@ -169,3 +173,75 @@ def test_every_cause_is_reached_by_some_point():
         point(0.01),
     ]
     assert [diagnose(p)["cause"] for p in points] == list(DIAGNOSIS_CAUSES)
+
+
+def _stages_run(folder, serial_s: float, stage_a_s: float) -> Path:
+    """A stages run: stage A (memory, bound 10 ms) timed at `stage_a_s`, B (compute, bound
+    10 ms) at its bound; the serial schedule (critical path 20 ms) at `serial_s`, the
+    overlapped one (aggregate 10 ms) at 12 ms."""
+    roofs = {"compute_path": "fp64_fma", "peak_flops_per_s": PEAK, "memory_level": "DRAM"}
+    roofs |= {"bandwidth_b_per_s": BANDWIDTH, "scenario": "two", "run_id": "s"}
+    schedules = [
+        table_row(
+            "stage_schedules",
+            **roofs,
+            schedule=schedule,
+            median_s=median,
+            bound_s=bound,
+            bound_kind=kind,
+            critical_path_bound_s=0.02,
+            aggregate_bound_s=0.01,
+            disturbed=False,
+        )
+        for schedule, median, bound, kind in (
+            ("serial", serial_s, 0.02, "critical_path"),
+            ("overlapped", 0.012, 0.01, "aggregate"),
+        )
+    ]
+    stages = [
+        table_row(
+            "stage_timings",
+            run_id="s",
+            scenario="two",
+            stage=name,
+            flops=flops,
+            bytes=q,
+            median_s=median,
+            bound_s=0.01,
+            limiter=limiter,
+            disturbed=False,
+        )
+        for name, flops, q, median, limiter in (
+            ("A", 1e6, 1e8, stage_a_s, "DRAM"),
+            ("B", 1e9, 0, 0.01, "compute"),
+        )
+    ]
+    run = runs_row("s", "stages", T0, machine_id="mach")
+    tables = {"runs": [run], "stage_schedules": schedules, "stage_timings": stages}
+    return write_run(folder, "s", tables)
+
+
+def test_a_serial_schedule_near_its_critical_path_is_at_roof_with_the_overlap_predicted(tmp_path):
+    rows = {d["key"]: d for d in stage_diagnoses([_stages_run(tmp_path, 0.022, 0.011)])}
+    assert set(rows) == {"two/A", "two/B", "two/serial", "two/overlapped"}
+    serial = rows["two/serial"]
+    assert (serial["cause"], serial["kind"], serial["limiter"]) == (
+        "at_roof",
+        "stages",
+        "critical_path",
+    )
+    assert serial["efficiency"] == pytest.approx(0.02 / 0.022)
+    assert serial["predicted_s"] == 0.01 and "overlap its stages" in serial["next_step"]
+    assert rows["two/overlapped"]["predicted_s"] is None  # already at its aggregate bound
+    assert rows["two/B"]["cause"] == "at_roof"
+
+
+def test_a_schedule_far_from_its_bound_waits_on_the_stage_that_overruns_most(tmp_path):
+    rows = {d["key"]: d for d in stage_diagnoses([_stages_run(tmp_path, 0.1, 0.09)])}
+    stage_a = rows["two/A"]  # 10 ms of bound at 90 ms: memory-bound, far below its bandwidth
+    assert stage_a["cause"] == "memory_parallelism" and stage_a["predicted_s"] == 0.01
+    assert json.loads(stage_a["evidence"])["stage_timings.median_s"] == 0.09
+    serial = rows["two/serial"]
+    assert serial["cause"] == "memory_parallelism" and serial["predicted_s"] == 0.02
+    assert json.loads(serial["evidence"])["slowest_stage"] == "two/A"
+    assert serial["next_step"].startswith("the schedule waits on stage two/A: too few")

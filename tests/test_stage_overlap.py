@@ -213,3 +213,22 @@ def test_ceilings_without_the_scenarios_roofs_are_one_clear_error():
     assert scenario_ceilings("two", SCENARIO, machine) == (C, B)
     with pytest.raises(StageOverlapError, match=r"stages\.two: the ceilings run c1 has no DRAM"):
         scenario_ceilings("two", SCENARIO, {**machine, "bandwidth": {"L2": B}})
+
+
+def test_each_stage_and_schedule_is_diagnosed_against_its_own_bound(measured, tmp_path):
+    """Issue 43: a real stages run's diagnoses (roofline.diagnosis.stage_diagnoses): one per
+    stage and per schedule, each efficiency its bound over its measured time."""
+    from rooflab.roofline.diagnosis import stage_diagnoses
+    from rooflab.vocabulary import DIAGNOSIS_CAUSES
+
+    run = write_run(tmp_path, measured["runs"][0]["run_id"], measured)
+    rows = {d["key"]: d for d in stage_diagnoses([run])}
+    assert set(rows) == {"two/A", "two/B", "two/serial", "two/overlapped"}
+    timed = [*measured["stage_timings"], *measured["stage_schedules"]]
+    for row in timed:
+        name = row.get("stage") or row["schedule"]
+        diagnosis = rows[f"two/{name}"]
+        assert diagnosis["efficiency"] == pytest.approx(row["bound_s"] / row["median_s"])
+        assert diagnosis["cause"] in DIAGNOSIS_CAUSES and diagnosis["kind"] == "stages"
+        if diagnosis["efficiency"] > 1.05:
+            assert diagnosis["cause"] == "above_roof"

@@ -260,3 +260,92 @@ def timeline_points(run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list
                 }
             )
     return points
+
+
+# the stage_timings columns a stage's figures are named by (its limiter there names the level)
+STAGE_TIMINGS_COLUMNS = ("flops", "bytes", "median_s", "bound_s", "disturbed", "noisy")
+
+
+def stage_diagnoses(run_dirs: Iterable[Path]) -> list[dict]:
+    """Each measured stage of a stages scenario (timed alone, against its own bound), then each
+    schedule (serial, overlapped) against its bound: `at_roof` with the overlap's aggregate bound
+    predicted where a serial schedule is near its critical path; below it, the cause of the
+    stage that overruns its bound most (the schedule waits on it)."""
+    rows = []
+    for run_dir in run_dirs:
+        tables = read_run(run_dir)
+        (run,) = tables["runs"].to_pylist()
+        schedules = tables["stage_schedules"].to_pylist() if "stage_schedules" in tables else []
+        if not schedules:
+            continue
+        roofs = schedules[0]
+        stages = []
+        for stage in tables["stage_timings"].to_pylist():
+            if not stage["median_s"] or not stage["bound_s"]:
+                continue
+            limiter = "compute" if stage["limiter"] == "compute" else "memory"
+            point = stage | {
+                "config_id": f"{stage['scenario']}/{stage['stage']}",
+                "machine_id": run["machine_id"],
+                "kind": "stages",
+                "cache_state": None,
+                "level": roofs["memory_level"],
+                "limiter": limiter,
+                "efficiency": stage["bound_s"] / stage["median_s"],
+                "intensity": stage["flops"] / stage["bytes"] if stage["bytes"] else math.inf,
+                "compute_path": roofs["compute_path"],
+                "peak_flops_per_s": roofs["peak_flops_per_s"],
+                "bandwidth_b_per_s": roofs["bandwidth_b_per_s"],
+                "source": ("stage_timings", STAGE_TIMINGS_COLUMNS),
+            }
+            stages.append((stage["median_s"] - stage["bound_s"], diagnose(point)))
+        rows += [diagnosis for _, diagnosis in stages]
+        slowest = max(stages, key=lambda item: item[0])[1] if stages else None
+        rows += [_schedule(row, run["machine_id"], slowest) for row in schedules]
+    return rows
+
+
+def _schedule(row: dict, machine_id: str, slowest: dict | None) -> dict:
+    efficiency = row["bound_s"] / row["median_s"]
+    names = ("median_s", "bound_s", "bound_kind", "critical_path_bound_s", "aggregate_bound_s")
+    evidence = {f"stage_schedules.{c}": row[c] for c in (*names, "disturbed")}
+    overlap = row["schedule"] == "serial" and row["aggregate_bound_s"] < row["bound_s"]
+    predicted = None
+    if efficiency > ROOF_BEATEN_EFFICIENCY:
+        cause = "above_roof"
+        step = "check the stages' ledgers (F and Q), then the roofs, then the conditions"
+    elif row["disturbed"]:
+        cause = "conditions"
+        step = "re-measure on a quiet machine (disturbed)"
+    elif efficiency >= AT_ROOF:
+        cause = "at_roof"
+        step = "nothing left in this schedule: change the stages' F or Q" + (
+            ", or overlap its stages (streams, threads): their aggregate bound" if overlap else ""
+        )
+        predicted = row["aggregate_bound_s"] if overlap else None
+    else:
+        cause = slowest["cause"] if slowest else "compute_path"
+        evidence["slowest_stage"] = slowest["key"] if slowest else None
+        step = (
+            f"the schedule waits on stage {slowest['key']}: {slowest['next_step']}"
+            if slowest
+            else "its stages are far from their bounds"
+        )
+        predicted = row["bound_s"]
+    assert cause in DIAGNOSIS_CAUSES
+    return {
+        "run_id": row["run_id"],
+        "machine_id": machine_id,
+        "key": f"{row['scenario']}/{row['schedule']}",
+        "kind": "stages",
+        "cache_state": None,
+        "level": row["memory_level"],
+        "limiter": row["bound_kind"],
+        "efficiency": efficiency,
+        "median_s": row["median_s"],
+        "cause": cause,
+        "evidence": json.dumps({k: _plain(v) for k, v in evidence.items()}),
+        "next_step": step,
+        "predicted_s": predicted,
+        "counters_run_id": None,
+    }
