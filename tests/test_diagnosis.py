@@ -15,6 +15,7 @@ from rooflab.roofline.diagnosis import (
     GAPS_SHARE,
     NEAR_BANDWIDTH,
     diagnose,
+    pair_diagnoses,
     stage_diagnoses,
 )
 from rooflab.vocabulary import DIAGNOSIS_CAUSES
@@ -245,3 +246,25 @@ def test_a_schedule_far_from_its_bound_waits_on_the_stage_that_overruns_most(tmp
     assert serial["cause"] == "memory_parallelism" and serial["predicted_s"] == 0.02
     assert json.loads(serial["evidence"])["slowest_stage"] == "two/A"
     assert serial["next_step"].startswith("the schedule waits on stage two/A: too few")
+
+
+def test_a_same_work_as_pair_says_whether_the_change_reached_the_gain_its_bounds_allow():
+    # the baseline computes 8x the useful FLOPs (compute-bound on them); the candidate only the
+    # useful ones; both on the same roofs, the candidate 4x faster where the bounds allow 8x
+    useful = 2 * 1024 * 1024
+    common = {"sweep": "dense", "params": '{"n": 1}', "bandwidth_b_per_s": 1e13}
+    dense = point(0.9, "compute", m=None, executed_flops=8 * useful, run_id="r1") | common
+    blocks = point(0.9, "compute", m=None) | common | {"sweep": "blocks", "same_work_as": "dense"}
+    blocks |= {"config_id": "blocks/fp32/n1", "median_s": dense["median_s"] / 4}
+    dense_bound = max(8 * useful / PEAK, dense["bytes"] / 1e13)
+    blocks_bound = max(useful / PEAK, blocks["bytes"] / 1e13)
+    points = [dense, blocks]
+    (pair,) = pair_diagnoses(points, [diagnose(p) for p in points])
+    assert pair["key"] == "blocks/fp32/n1 vs dense" and pair["kind"] == "workload"
+    figures = evidence(pair)
+    assert figures["speedup"] == pytest.approx(4.0)
+    assert figures["bound_speedup"] == pytest.approx(dense_bound / blocks_bound)
+    assert pair["predicted_s"] == pytest.approx(dense["median_s"] * blocks_bound / dense_bound)
+    assert pair["next_step"].startswith(f"4x against dense where the bounds allow {8:.3g}x")
+    assert "fell short of its predicted gain" in pair["next_step"]
+    assert pair_diagnoses([blocks], [diagnose(blocks)]) == []  # no baseline measured: no pair

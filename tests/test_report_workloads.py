@@ -710,3 +710,25 @@ def test_the_built_in_workloads_have_their_known_causes(store):
             assert json.loads(row["evidence"])["executed_over_useful"] == pytest.approx(8)
             assert row["predicted_s"] == pytest.approx(row["median_s"] / 8)
     assert not [r for r in by_workload["blockdiag_blocks"] if r["cause"] == "wasted_work"]
+
+
+@pytest.mark.slow  # the store behind it runs real measurements
+def test_each_same_work_as_pair_is_diagnosed_with_the_speedup_the_store_compares(store):
+    pairs = query(
+        store, "SELECT key, cache_state, evidence FROM diagnoses WHERE key LIKE '% vs %'"
+    ).to_pylist()
+    compared = query(
+        store, "SELECT workload, baseline, cache_state, speedup FROM implementation_comparisons"
+    ).to_pylist()
+    assert len(pairs) == len(compared) > 0
+    ours: dict[tuple, list[float]] = {}
+    for pair in pairs:
+        case, baseline = pair["key"].split(" vs ")
+        key = (case.split("/")[0], baseline, pair["cache_state"])
+        ours.setdefault(key, []).append(json.loads(pair["evidence"])["speedup"])
+    theirs: dict[tuple, list[float]] = {}
+    for c in compared:
+        theirs.setdefault((c["workload"], c["baseline"], c["cache_state"]), []).append(c["speedup"])
+    assert ours.keys() == theirs.keys()
+    for key, speedups in ours.items():
+        assert sorted(speedups) == pytest.approx(sorted(theirs[key]))

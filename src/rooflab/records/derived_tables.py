@@ -76,6 +76,7 @@ DERIVED: dict[str, pa.Schema] = {
             ("roof_clock_min_mhz", _F),
             ("roof_clock_max_mhz", _F),
             ("kind", _S),  # the timed point's: gemm or workload
+            ("same_work_as", _S),  # a workload case's: the workload it does the same work as
         ]
     ),
     # Derived, per ceilings run: each cache level's bytes, reported and measured (its sweeps' edge).

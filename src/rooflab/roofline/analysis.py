@@ -28,7 +28,12 @@ from rooflab.devices import DevicePreset, matching_preset
 from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level
 from rooflab.model import stage_bounds
 from rooflab.records import DERIVED_TABLES, find_run_folders, read_run, space_for, to_table
-from rooflab.roofline.diagnosis import diagnose, stage_diagnoses, timeline_points
+from rooflab.roofline.diagnosis import (
+    diagnose,
+    pair_diagnoses,
+    stage_diagnoses,
+    timeline_points,
+)
 from rooflab.roofline.points import RooflinePoints, build_points, ceiling_values
 from rooflab.vocabulary import measured_cache_bytes
 
@@ -164,6 +169,7 @@ def build_analysis(
     tables["unplaced_points"] = points.dropped
     steps = timeline_points(timeline_runs, points.ceilings)
     tables["point_diagnoses"] = [diagnose(point) for point in [*points.rows, *steps]]
+    tables["point_diagnoses"] += pair_diagnoses(points.model, tables["point_diagnoses"])
     tables["point_diagnoses"] += stage_diagnoses(stage_runs)
     notes: list[str] = []
     analysed = [*ceilings_runs, *gemm_runs, *counters_runs, *timeline_runs, *stage_runs]

@@ -349,3 +349,65 @@ def _schedule(row: dict, machine_id: str, slowest: dict | None) -> dict:
         "predicted_s": predicted,
         "counters_run_id": None,
     }
+
+
+def _executed_bound(point: dict) -> float:
+    """The point's bound on the work it executes (its ledger's executed FLOPs where declared)."""
+    flops = point.get("executed_flops") or point["flops"]
+    return bound(
+        flops, point["bytes"], point["peak_flops_per_s"], point["bandwidth_b_per_s"]
+    ).bound_s
+
+
+def pair_diagnoses(points: list[dict], diagnoses: list[dict]) -> list[dict]:
+    """Each workload case against the case of the workload it does the same work as
+    (`same_work_as`; the newest of the same machine, params, dtype and cache state, as the
+    implementation_comparisons view pairs them): did the change reach the gain its bounds allow?
+    The bounds are on the work each executes (a baseline that computes zeros is bounded on them).
+    Its cause and next step are the case's own; predicted: the baseline's time over the bounds'
+    speedup. Key `<case> vs <baseline workload>`."""
+
+    def of(point: dict, workload: str | None) -> tuple:
+        return (
+            point["machine_id"],
+            workload,
+            point["params"],
+            point["dtype"],
+            point["cache_state"],
+        )
+
+    newest: dict[tuple, dict] = {}
+    for point in (p for p in points if p.get("kind") == "workload"):
+        key = of(point, point["sweep"])
+        if point["run_id"] > newest.get(key, {}).get("run_id", ""):
+            newest[key] = point
+    mine = {(d["run_id"], d["key"], d["cache_state"], d["level"]): d for d in diagnoses}
+    rows = []
+    for point in points:
+        baseline = point.get("same_work_as") and newest.get(of(point, point["same_work_as"]))
+        if not baseline or point.get("q_source") == "counters":
+            continue
+        own = mine[(point["run_id"], point["config_id"], point["cache_state"], point["level"])]
+        speedup = baseline["median_s"] / point["median_s"]
+        bounds = _executed_bound(baseline), _executed_bound(point)
+        allowed = bounds[0] / bounds[1]
+        evidence = {"speedup": speedup, "bound_speedup": allowed}
+        evidence |= {"baseline_executed_bound_s": bounds[0], "executed_bound_s": bounds[1]}
+        evidence |= _figures(point, "bytes", "flops", "executed_flops", "bound_s", "median_s")
+        evidence |= {f"baseline_{c}": baseline.get(c) for c in ("bytes", "executed_flops")}
+        evidence |= {f"baseline_{c}": baseline[c] for c in ("bound_s", "median_s", "run_id")}
+        reached = "reached" if speedup >= AT_ROOF * allowed else "fell short of"
+        step = (
+            f"{speedup:.3g}x against {point['same_work_as']} where the bounds allow "
+            f"{allowed:.3g}x: the change {reached} its predicted gain; {own['next_step']}"
+        )
+        rows.append(
+            own
+            | {
+                "key": f"{point['config_id']} vs {point['same_work_as']}",
+                "evidence": json.dumps({k: _plain(v) for k, v in evidence.items()}),
+                "next_step": step,
+                "predicted_s": baseline["median_s"] / allowed,
+            }
+        )
+    return rows

@@ -265,6 +265,7 @@ def roofline_points(
                     "layout": point.get("layout"),
                     "params": point.get("params"),
                     "executed_flops": point.get("executed_flops"),
+                    "same_work_as": point.get("same_work_as"),
                     "level": level,
                     "q_source": "model",
                     "bytes": point["bytes_model"],
