@@ -229,7 +229,7 @@ def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
 
 
 def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
-    from rooflab.roofline import write_points
+    from rooflab.roofline import build_analysis, write_analysis
     from rooflab.store import ingest
     from tests.gpu.device_summary import summary
 
@@ -298,8 +298,7 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
             "timed_points": [point],
         },
     )
-    points = build_points([ceilings_dir], [gemm_dir]).rows
-    write_points(points, results / "roofline" / "roofline_points.parquet")
+    write_analysis(build_analysis([ceilings_dir], [gemm_dir]), results / "roofline")
     db = tmp_path / "rooflab.duckdb"
     ingest(db, results)
 
@@ -317,7 +316,10 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
     assert "HBM" in reuse and "memory" in reuse  # 33.6 MB in 10 us: 3.36 TB/s, memory-bound
     assert "3.36 TB/s" in reuse
     assert "timing: CUDA events; stream held" in lines
-    assert lines[-2:] == ["hardware counters (ncu):", "  no counters run in the store"]
+    counters = lines.index("hardware counters (ncu):")
+    assert lines[counters + 1] == "  no counters run in the store"
+    # 3.36 TB/s of a 4.3 TB/s HBM roof (0.78): memory-bound near its roof, low reuse at M = 1
+    assert lines[counters + 3 :] == ["diagnoses (rooflab explain):", "  gemm: low_reuse 1"]
 
 
 def test_device_summary_reports_the_counters_calibration_and_hierarchical_points(tmp_path):

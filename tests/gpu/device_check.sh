@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, on a machine with an NVIDIA GPU: install what is missing from carried wheels, run
 # the GPU tests, run the GPU campaign end to end into a fresh store and report, and print last a
-# table of measured ceilings beside their datasheet figures and a few weight-reuse points.
+# table of measured ceilings beside their datasheet figures, a few weight-reuse points, the
+# counters' calibration and the diagnoses (causes per kind; each `conditions` point's SM clock
+# against its roof's).
 #
 #   tests/gpu/device_check.sh [WHEELS]
 #

@@ -130,7 +130,7 @@ def summary(db: str) -> str:
         f"timing: {'; '.join(sorted(t for t in timing if t))}",
         *(f"busy machine: run {r['run_id']}: {r['busy_warning']}" for r in busy),
     ]
-    return "\n".join(lines + counters_lines(db))
+    return "\n".join(lines + counters_lines(db) + diagnosis_lines(db))
 
 
 def counters_lines(db: str) -> list[str]:
@@ -180,6 +180,37 @@ def counters_lines(db: str) -> list[str]:
         lines.append(
             f"  {p['config_id']:<44} {p['cache_state']:>5} {p['level']:>5} {p['bytes']:>10.4g} "
             f"{p['intensity']:>8.4g} {p['limiting_level']:>5} {p['efficiency']:>5.2f}"
+        )
+    return lines
+
+
+def diagnosis_lines(db: str) -> list[str]:
+    """Issue 43 on the GPU: how many points of each kind got each cause (docs/diagnosis.md), and
+    each point judged `conditions` with its clock against its roof's (a power-capped point under
+    a burst roof says so here)."""
+    causes = _rows(
+        db,
+        "SELECT kind, cause, count(*) AS n FROM diagnoses WHERE backend = 'cuda' "
+        "GROUP BY ALL ORDER BY kind, n DESC",
+    )
+    lines = ["", "diagnoses (rooflab explain):"]
+    if not causes:
+        return [*lines, "  none in the store"]
+    for kind in dict.fromkeys(c["kind"] for c in causes):
+        said = ", ".join(f"{c['cause']} {c['n']}" for c in causes if c["kind"] == kind)
+        lines.append(f"  {kind}: {said}")
+    for row in _rows(
+        db,
+        "SELECT key, cache_state, efficiency, evidence FROM diagnoses "
+        "WHERE backend = 'cuda' AND cause = 'conditions' ORDER BY key, cache_state",
+    ):
+        figures = json.loads(row["evidence"])
+        clock = figures.get("roofline_points.clock_mhz")
+        roof = figures.get("roofline_points.roof_clock_mhz")
+        scaled = figures.get("efficiency_at_its_clock")
+        lines.append(
+            f"  conditions: {row['key']} {row['cache_state']}: clock {clock or '-'} MHz, roof's "
+            f"{roof or '-'} MHz; efficiency {row['efficiency']:.3f}, at its clock {scaled or '-'}"
         )
     return lines
 
