@@ -17,6 +17,7 @@ from pathlib import Path
 from rooflab.counters.ncu import DRAM_READ, DRAM_WRITE, L1_BYTES, L2_BYTES
 from rooflab.model import gemm_ledger
 from rooflab.records import write_run
+from rooflab.roofline.clocks import SM_CLOCK
 from tests.table_rows import runs_row as table_runs_row
 
 MACHINE_ID = "constructed-gpu-0"
@@ -72,11 +73,13 @@ def write_campaign(
     counted_factor: float = 1.002,
     machine_id: str = MACHINE_ID,
     l1_factor: float = 1.0,
+    clocks_mhz: tuple[float, float] | None = None,
 ) -> dict[str, Path]:
     """Ceilings, a timing run and a counters run under `results` (run folders, as the workflow
     keeps them). `counted_factor`: counted tensor FLOPs over 2MNK (1.002: trusted; 0.5: not).
     `machine_id`: the machine the counters run says it ran on. `l1_factor` scales the counted L1
-    bytes."""
+    bytes. `clocks_mhz`: (the timing samples' SM clock, the replayed kernels' SM clock), each
+    point given one sample and each replay one kernel at them; None: no clock anywhere."""
     ceilings_id, gemm_id, counters_id = (
         "20260601T000000Z-c0000000",
         "20260601T010000Z-g0000000",
@@ -126,6 +129,12 @@ def write_campaign(
                 }
             )
     gemm_run = {"runs": [runs_row(gemm_id, "gemm", T0 + timedelta(hours=1), SWEEP)]}
+    if clocks_mhz:
+        gemm_run["samples"] = [
+            {"run_id": gemm_id, "config_id": p["config_id"], "cache_state": p["cache_state"]}
+            | {"sample_idx": 0, "seconds": p["median_s"], "clock_mhz": clocks_mhz[0]}
+            for p in points
+        ]
     out["gemm"] = write_run(
         results / "sweeps" / SWEEP / "runs", gemm_id, gemm_run | {"timed_points": points}
     )
@@ -150,6 +159,11 @@ def write_campaign(
                     | {"unit": "byte", "status": "ok"}
                 )
             counters.append({**common, "scope": "range", "metric": None, "status": "ok"})
+            if clocks_mhz:
+                counters.append(
+                    {**common, "scope": "kernel", "metric": SM_CLOCK, "status": "ok"}
+                    | {"value": clocks_mhz[1] * 1e6, "unit": "cycle/second", "kernel_id": 0}
+                )
             ratio = counted_factor
             trusted = abs(ratio - 1) <= 0.01
             calibration.append(

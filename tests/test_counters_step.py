@@ -429,6 +429,26 @@ def test_replays_pair_only_with_the_timing_run_they_name_on_their_machine(tmp_pa
     assert len(notes) == 2 and all("pairs only with a cold timing" in n for n in notes)
 
 
+@pytest.mark.parametrize(("replay_mhz", "judged"), [(1980.0, "conditions"), (1510.0, None)])
+def test_a_counted_point_carries_its_replay_clock_and_is_judged_by_it(tmp_path, replay_mhz, judged):
+    """Issue 43: a counted point carries its timing's clock, its roof's (none here) and the SM
+    clock ncu saw in its replay; a replay at a clock 10 % off its timing's is `conditions`."""
+    from rooflab.roofline.diagnosis import diagnose
+
+    runs = constructed.write_campaign(tmp_path / "results", clocks_mhz=(1500.0, replay_mhz))
+    ceilings = latest_ceilings_by_machine([runs["ceilings"]])
+    points, _ = counter_points([runs["counters"]], [runs["gemm"]], ceilings)
+    assert points and {(p["clock_mhz"], p["replay_clock_mhz"]) for p in points} == {
+        (1500.0, replay_mhz)
+    }
+    diagnoses = [diagnose(p) for p in points]
+    if judged:
+        assert {d["cause"] for d in diagnoses} == {"conditions"}
+        assert all("replay clock" in d["next_step"] for d in diagnoses)
+    else:
+        assert "conditions" not in {d["cause"] for d in diagnoses}
+
+
 def test_new_tables_and_columns():
     assert {"counters", "counter_calibration"} <= set(TABLES)
     for name in ("counters", "counter_calibration"):

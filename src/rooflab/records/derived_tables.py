@@ -77,6 +77,7 @@ DERIVED: dict[str, pa.Schema] = {
             ("roof_clock_max_mhz", _F),
             ("kind", _S),  # the timed point's: gemm or workload
             ("same_work_as", _S),  # a workload case's: the workload it does the same work as
+            ("replay_clock_mhz", _F),  # a counted point's: the SM clock ncu saw in its replay
         ]
     ),
     # Derived, per ceilings run: each cache level's bytes, reported and measured (its sweeps' edge).

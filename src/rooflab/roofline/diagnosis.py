@@ -8,7 +8,8 @@ step (`predicted_s`, seconds, from rooflab.model):
 1. `above_roof`: efficiency above ROOF_BEATEN_EFFICIENCY (the summary's "roof beaten" margin):
    the ledger, the roof or the conditions are wrong, checked in that order.
 2. `conditions`: the point is disturbed (conditions.disturbance), or its samples' median clock is
-   off its roof's by more than CLOCK_MARGIN: its distance from the roof is not the
+   off its roof's by more than CLOCK_MARGIN, or (a counted point) the SM clock of its ncu replay
+   is off its timing's by more than that: its distance from the roof is not the
    kernel's alone. The efficiency against its roof scaled to its own clock is given (compute roofs
    scale with the clock).
 3. `wasted_work`: the implementation executes more than WASTED_WORK x the useful FLOPs (its ledger's
@@ -68,6 +69,9 @@ def _conditions(point: dict) -> list[str]:
     ratio = _clock_ratio(point)
     if ratio is not None and abs(ratio - 1) > CLOCK_MARGIN:
         found.append("clock")
+    replay, clock = point.get("replay_clock_mhz"), point.get("clock_mhz")
+    if replay and clock and abs(replay / clock - 1) > CLOCK_MARGIN:
+        found.append("replay clock")  # its counts were taken at another clock than its time
     return found
 
 
@@ -152,6 +156,8 @@ def diagnose(point: dict) -> dict:
         cause = "conditions"
         ratio = _clock_ratio(point)
         evidence |= _figures(point, "disturbed", "disturbance", "clock_mhz", "roof_clock_mhz")
+        if point.get("replay_clock_mhz"):
+            evidence |= _figures(point, "replay_clock_mhz")
         if ratio is not None and limiter == "compute":
             evidence["efficiency_at_its_clock"] = efficiency * ratio
         step = f"re-measure on a quiet machine at its roof's clock ({', '.join(conditions)})"

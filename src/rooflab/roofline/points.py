@@ -23,7 +23,6 @@ machine, and ceilings of that machine; anything else gives no point and a note s
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,13 @@ from rooflab.counters.points import (
 from rooflab.machine import cache_bytes_by_level
 from rooflab.model import ModelError, bound, work_unit
 from rooflab.records import read_run, timed_rows, to_table
+from rooflab.roofline.clocks import (
+    SM_CLOCK,
+    clock_columns,
+    clock_ranges,
+    replay_clock,
+    roof_clocks,
+)
 from rooflab.vocabulary import (
     MEMORY_LEVEL,
     MEMORY_LEVELS,
@@ -90,36 +96,6 @@ def ceiling_values(tables: dict) -> tuple[dict[str, float], dict[str, float]]:
         else:
             bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
     return peak, bandwidth
-
-
-def clock_ranges(tables: dict, keys: tuple[str, ...]) -> dict[tuple, tuple[float, ...]]:
-    """The clock of each measurement's samples (median, lowest, highest; MHz), by `keys`."""
-    if "samples" not in tables:
-        return {}
-    clocks: dict[tuple, list[float]] = {}
-    for row in tables["samples"].select([*keys, "clock_mhz"]).to_pylist():
-        if row["clock_mhz"] is not None:
-            clocks.setdefault(tuple(row[k] for k in keys), []).append(row["clock_mhz"])
-    return {key: (statistics.median(v), min(v), max(v)) for key, v in clocks.items()}
-
-
-def roof_clocks(tables: dict) -> dict[str, tuple[float, ...]]:
-    """The clock range of each roof's samples: those of its best row, as ceiling_values picks."""
-    by_config = clock_ranges(tables, ("config_id",))
-    best: dict[str, tuple[float, tuple]] = {}
-    for row in tables["ceilings"].to_pylist():
-        clock = by_config.get((row.get("config_id"),))
-        if clock and row["value"] >= best.get(row["name"], (-1.0, ()))[0]:
-            best[row["name"]] = row["value"], clock
-    return {name: clock for name, (_, clock) in best.items()}
-
-
-def _clock_columns(point_clock: tuple | None, roof_clock: tuple | None) -> dict:
-    names = ("clock_mhz", "clock_min_mhz", "clock_max_mhz")
-    return {
-        **dict(zip(names, point_clock or (None,) * 3, strict=True)),
-        **{f"roof_{n}": v for n, v in zip(names, roof_clock or (None,) * 3, strict=True)},
-    }
 
 
 def compute_units(tables: dict) -> dict[str, str]:
@@ -282,7 +258,7 @@ def roofline_points(
                     "limiter": b.limiter,
                     "efficiency": achieved / b.attainable_flops_per_s,
                     **timing_flags(point),
-                    **_clock_columns(
+                    **clock_columns(
                         clocks.get((point["config_id"], point["cache_state"])),
                         machine.get("clocks", {}).get(path if b.limiter == "compute" else level),
                     ),
@@ -333,14 +309,18 @@ def timing_flags(point: dict) -> dict:
 
 
 def _timings_by_run(gemm_run_dirs: Iterable[Path]) -> dict[str, list[dict]]:
-    """run_id -> its timed points (timed_points rows), each with the run's
-    machine_id."""
+    """run_id -> its timed points (timed_points rows), each with the run's machine_id and its
+    samples' clock range (`clock`: median, lowest, highest MHz; None unread)."""
     timings = {}
     for run_dir in gemm_run_dirs:
         tables = read_run(run_dir)
         (run,) = tables["runs"].to_pylist()
-        rows = timed_rows(tables)
-        timings[run["run_id"]] = [{**row, "machine_id": run["machine_id"]} for row in rows]
+        clocks = clock_ranges(tables, ("config_id", "cache_state"))
+        timings[run["run_id"]] = [
+            {**row, "machine_id": run["machine_id"]}
+            | {"clock": clocks.get((row["config_id"], row["cache_state"]))}
+            for row in timed_rows(tables)
+        ]
     return timings
 
 
@@ -362,11 +342,16 @@ def counter_points(
         machine = ceilings.get(run["machine_id"])
         totals: dict[tuple, dict[str, float]] = {}
         replay_modes: dict[tuple, str] = {}
+        replay_clocks: dict[tuple, list[float]] = {}  # the SM clock of each replayed kernel, MHz
         for row in tables["counters"].to_pylist() if "counters" in tables else []:
             key = (row["config_id"], row["cache_control"])
             if row["scope"] == "range" and row["metric"] and row["status"] == "ok":
                 totals.setdefault(key, {})[row["metric"]] = row["value"]
                 replay_modes[key] = row["replay_mode"]
+            if row["scope"] == "kernel" and row["metric"] == SM_CLOCK and row["value"]:
+                replay_clocks.setdefault(key, []).append(row["value"] / 1e6)
+        roof_clock = ((machine or {}).get("clocks") or {}).get
+
         calibrations = tables.get("counter_calibration")
         for cal in calibrations.to_pylist() if calibrations is not None else []:
             key = (cal["config_id"], cal["cache_control"])
@@ -415,6 +400,8 @@ def counter_points(
                     "ceilings_run_id": machine["run_id"],
                     **timing_flags(paired.timing),
                     **_against_model(row, paired.timing.get("bytes_model")),
+                    **clock_columns(paired.timing.get("clock"), roof_clock(row["compute_path"])),
+                    "replay_clock_mhz": replay_clock(replay_clocks.get(key)),
                 }
                 for row in rows
             ]
