@@ -35,7 +35,7 @@ from pathlib import Path
 from rooflab.model import ModelError, bound, gemm_ledger
 from rooflab.records import read_run
 from rooflab.roofline.points import MEMORY_LEVEL, resident_level
-from rooflab.vocabulary import DIAGNOSIS_CAUSES, ROOF_BEATEN_EFFICIENCY
+from rooflab.vocabulary import DIAGNOSIS_CAUSES, ROOF_BEATEN_EFFICIENCY, CacheState
 
 AT_ROOF = 0.8
 # the timeline_modes view's columns a timeline step's figures are named by (docs/timelines.md)
@@ -237,7 +237,7 @@ def timeline_points(run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list
         for row in tables["timeline_steps"].to_pylist() if machine else []:
             path = f"{row['dtype']}_fma"
             memory = machine.get("memory_level", MEMORY_LEVEL)
-            level = resident_level(row["bytes"], machine["caches"], "warm", memory)
+            level = resident_level(row["bytes"], machine["caches"], CacheState.WARM, memory)
             if (
                 path not in machine["peak"]
                 or level not in machine["bandwidth"]
@@ -253,7 +253,7 @@ def timeline_points(run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list
                     "machine_id": run["machine_id"],
                     "kind": "timeline",
                     "source": ("timeline_modes", TIMELINE_MODES_COLUMNS),
-                    "cache_state": "warm",
+                    "cache_state": CacheState.WARM,
                     "level": level,
                     "limiter": b.limiter,
                     "efficiency": b.bound_s / row["step_s"],
