@@ -287,14 +287,18 @@ def test_the_keys_that_moved_are_listed_under_the_history(stores):
     listed = {row[0]: row[2] for row in rows}
     view = query(
         stores["db"],
-        "SELECT key, verdict, ratio, provisional FROM comparisons WHERE machine_id = ?",
+        "SELECT key, verdict, samples_verdict, ratio, provisional FROM comparisons "
+        "WHERE machine_id = ?",
         params=[_machine_a(stores["db"])],
     ).to_pylist()
     # three runs: every key has two earlier runs, too few for its run-to-run spread
     assert {r["provisional"] for r in view} == {True}
     assert "of the changes are provisional" in section
     listed = {key: verdict.removesuffix(" (provisional)") for key, verdict in listed.items()}
-    assert listed == {r["key"]: r["verdict"] for r in view if r["verdict"] in ("slower", "faster")}
+    # a provisional slower is inconclusive; the samples' verdict is what moved
+    moved = {r["key"]: r["samples_verdict"] for r in view}
+    assert listed == {key: v for key, v in moved.items() if v in ("slower", "faster")}
+    assert {r["verdict"] for r in view if r["samples_verdict"] == "slower"} == {"inconclusive"}
     assert all(row[2].endswith(" (provisional)") for row in rows)
     dram_key = next(key for key in listed if key.startswith("bandwidth/DRAM/"))
     assert {key: listed[key] for key in [*stores["slower"], *stores["faster"], dram_key]} == {

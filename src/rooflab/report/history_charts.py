@@ -296,13 +296,16 @@ def changes_html(comparisons: pd.DataFrame) -> str:
     counts = comparisons.verdict.value_counts()
     tally = ", ".join(
         f"{int(counts.get(verdict, 0))} {verdict}"
-        for verdict in ("slower", "faster", "same", "incomparable")
+        for verdict in ("slower", "faster", "same", "incomparable", "inconclusive")
     )
+    # the samples' own verdict: an inconclusive pair (provisional, disturbed, busy) moved too
+    samples = comparisons.get("samples_verdict", comparisons.verdict)
+    comparisons = comparisons.assign(moved=samples.fillna(comparisons.verdict))
     said = (
         f"<p class='comparisons'>Newest run of each measurement against the one before it "
         f"({len(comparisons)} compared): {html.escape(tally)}.</p>"
     )
-    moved = comparisons[comparisons.verdict.isin(MOVED)]
+    moved = comparisons[comparisons.moved.isin(MOVED)]
     provisional = int(moved.provisional.fillna(False).astype(bool).sum())
     if provisional:
         said += (
@@ -318,23 +321,30 @@ def changes_html(comparisons: pd.DataFrame) -> str:
     return said + table_html(changes_table(moved), "comparisons")
 
 
+def _verdict_text(moved: str, verdict: str, provisional: bool, note) -> str:
+    """`slower`; `slower (provisional)`; `slower (inconclusive: candidate disturbed)`."""
+    if verdict != "inconclusive":
+        return f"{verdict} (provisional)" if provisional else verdict
+    if provisional and "provisional" in str(note):
+        return f"{moved} (provisional)"
+    return f"{moved} (inconclusive: {note})"
+
+
 def changes_table(moved: pd.DataFrame) -> pd.DataFrame:
     """The keys that got slower (first) or faster, the largest change first: the ratio of the
     newest run's time to the previous one's with its interval, and what else changed."""
     import pandas as pd
 
     size = [abs(math.log(r)) if r and r > 0 else 0.0 for r in moved.ratio]
-    rows = moved.assign(_slower=moved.verdict == "slower", _size=size)
+    rows = moved.assign(_slower=moved.moved == "slower", _size=size)
     rows = rows.sort_values(["_slower", "_size", "key"], ascending=[False, False, True])
     return pd.DataFrame(
         {
             "measurement": rows.key,
             "of": rows.name,
             "verdict": [
-                f"{verdict} (provisional)" if provisional else verdict
-                for verdict, provisional in zip(
-                    rows.verdict, rows.provisional.fillna(False).astype(bool), strict=True
-                )
+                _verdict_text(row.moved, row.verdict, bool(row.provisional), row.note)
+                for row in rows.itertuples()
             ],
             "newest / previous time": [_times(r) for r in rows.ratio],
             "95 % interval": [
