@@ -147,12 +147,16 @@ def test_every_timed_point_is_placed_or_stored_as_unplaced(campaign):
 
 def test_every_point_and_timeline_step_is_diagnosed(campaign):
     """Issue 43: the roofline rule's point_diagnoses reach the store: one diagnosis per newest
-    Roofline point and per timeline step with a bound, and the report lists the furthest."""
+    Roofline point, per same_work_as pair, per timeline step with a bound and per measured stage
+    and schedule; the report lists the furthest."""
     points = sql(campaign, "SELECT count(*) FROM latest_roofline_points")[0][0]
+    pairs = sql(campaign, "SELECT count(*) FROM implementation_comparisons")[0][0]
     steps = sql(campaign, "SELECT count(*) FROM timeline_modes WHERE bound_s IS NOT NULL")[0][0]
+    stages = sql(campaign, "SELECT count(*) FROM latest_stage_timings")[0][0]
     kinds = dict(sql(campaign, "SELECT kind, count(*) FROM diagnoses GROUP BY kind"))
-    assert points > 0 and steps == 2 and kinds.pop("timeline") == steps
-    assert sum(kinds.values()) == points
+    assert points > 0 and pairs > 0 and steps == 2 and kinds.pop("timeline") == steps
+    assert kinds.pop("stages") == stages + 2  # each stage, and the serial and overlapped schedules
+    assert sum(kinds.values()) == points + pairs
     page = (campaign / "results" / "report" / "index.html").read_text()
     assert "Furthest from their roofs" in page
 

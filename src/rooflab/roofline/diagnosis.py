@@ -1,7 +1,8 @@
 """Why each Roofline point sits where it does, and what to try next (docs/diagnosis.md).
 
 Each point (a GEMM configuration, a workload case or a counted point, in its cache state and at its
-level) gets one cause, the first of these rules that holds, with the figures that decided it (named
+level; a timeline step; a measured stage; and, apart, a stages schedule and a same_work_as pair)
+gets one cause, the first of these rules that holds, with the figures that decided it (named
 by their column), a next step in one sentence and, where the ledgers allow, the bound after that
 step (`predicted_s`, seconds, from rooflab.model):
 
@@ -9,9 +10,8 @@ step (`predicted_s`, seconds, from rooflab.model):
    the ledger, the roof or the conditions are wrong, checked in that order.
 2. `conditions`: the point is disturbed (conditions.disturbance), or its samples' median clock is
    off its roof's by more than CLOCK_MARGIN, or (a counted point) the SM clock of its ncu replay
-   is off its timing's by more than that: its distance from the roof is not the
-   kernel's alone. The efficiency against its roof scaled to its own clock is given (compute roofs
-   scale with the clock).
+   is off its timing's by more than that: its distance from the roof is not the kernel's alone.
+   The efficiency against its roof scaled to its own clock is given (compute roofs scale with it).
 3. `wasted_work`: the implementation executes more than WASTED_WORK x the useful FLOPs (its ledger's
    `executed_flops`); predicted: its time were the executed work the useful work.
    `launch_gaps` (a timeline step): its gaps (step minus busy time) are more than GAPS_SHARE of
@@ -37,17 +37,19 @@ from rooflab.records import read_run
 from rooflab.roofline.points import MEMORY_LEVEL, resident_level
 from rooflab.vocabulary import DIAGNOSIS_CAUSES, ROOF_BEATEN_EFFICIENCY, CacheState
 
-AT_ROOF = 0.8
+# The thresholds (docs/diagnosis.md), the same for every point.
+AT_ROOF = 0.8  # of its roof: a clean compute-bound point at or above it is at its roof
+NEAR_BANDWIDTH = 0.5  # of its bandwidth roof: a memory-bound point at or above it lacks reuse
+WASTED_WORK = 1.5  # executed over useful FLOPs above it: wasted work
+GAPS_SHARE = 0.2  # of a timeline step: gaps (step minus busy) above it are launch gaps
+CLOCK_MARGIN = 0.10  # a point's clock off its roof's (or its replay's) by more: conditions
+MAX_ROWS = 1 << 24  # a GEMM's M at which a memory-bound point would cross the ridge, up to this
+# A GEMM shape off multiples of this leaves partial tiles (a tensor core's bf16 tile edge; a
+# multiple of an AVX-512 register's fp32 lanes).
+TILE = 16
 # the timeline_modes view's columns a timeline step's figures are named by (docs/timelines.md)
 TIMELINE_MODES_COLUMNS = ("bound_s", "noisy", "disturbed", "disturbance", "flops", "bytes")
 TIMELINE_MODES_COLUMNS += ("compute_path", "peak_flops_per_s", "memory_level", "bandwidth_b_per_s")
-GAPS_SHARE = 0.2  # a step whose gaps (step minus busy) are more of its time has launch gaps
-NEAR_BANDWIDTH = 0.5
-WASTED_WORK = 1.5
-CLOCK_MARGIN = 0.10
-# A GEMM's M at which a memory-bound point would cross the ridge is looked for up to this.
-MAX_ROWS = 1 << 24
-TILE = 16  # a shape off multiples of this leaves tile tails on every CPU and GPU GEMM we measure
 
 
 def _figures(point: dict, *columns: str) -> dict:
@@ -201,17 +203,16 @@ def diagnose(point: dict) -> dict:
             )
             predicted = point["bound_s"]
     counted = point.get("q_source") == "counters"
-    assert cause in DIAGNOSIS_CAUSES
-    return {
-        "run_id": point["run_id"],
-        "machine_id": point["machine_id"],
-        "key": point["config_id"],
-        "kind": "counted" if counted else point["kind"],
-        "cache_state": point["cache_state"],
-        "level": point["level"],
-        "limiter": limiter,
-        "efficiency": efficiency,
-        "median_s": point["median_s"],
+    kind = "counted" if counted else point["kind"]
+    return _row(point | {"kind": kind, "key": point["config_id"]}, cause, evidence, step, predicted)
+
+
+def _row(point: dict, cause: str, evidence: dict, step: str, predicted: float | None) -> dict:
+    """A point_diagnoses row of `point` (its run_id, machine_id, key, kind, cache_state, level,
+    limiter, efficiency, median_s and counters_run_id)."""
+    assert cause in DIAGNOSIS_CAUSES, cause
+    names = ("run_id", "machine_id", "key", "kind", "cache_state", "level", "limiter")
+    return {name: point.get(name) for name in (*names, "efficiency", "median_s")} | {
         "cause": cause,
         "evidence": json.dumps({k: _plain(v) for k, v in evidence.items()}),
         "next_step": step,
@@ -338,23 +339,10 @@ def _schedule(row: dict, machine_id: str, slowest: dict | None) -> dict:
             else "its stages are far from their bounds"
         )
         predicted = row["bound_s"]
-    assert cause in DIAGNOSIS_CAUSES
-    return {
-        "run_id": row["run_id"],
-        "machine_id": machine_id,
-        "key": f"{row['scenario']}/{row['schedule']}",
-        "kind": "stages",
-        "cache_state": None,
-        "level": row["memory_level"],
-        "limiter": row["bound_kind"],
-        "efficiency": efficiency,
-        "median_s": row["median_s"],
-        "cause": cause,
-        "evidence": json.dumps({k: _plain(v) for k, v in evidence.items()}),
-        "next_step": step,
-        "predicted_s": predicted,
-        "counters_run_id": None,
-    }
+    schedule = {"key": f"{row['scenario']}/{row['schedule']}", "kind": "stages"}
+    schedule |= {"level": row["memory_level"], "limiter": row["bound_kind"]}
+    schedule |= {"machine_id": machine_id, "efficiency": efficiency}
+    return _row(row | schedule, cause, evidence, step, predicted)
 
 
 def _executed_bound(point: dict) -> float:
