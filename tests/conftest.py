@@ -12,6 +12,7 @@ import yaml
 
 from rooflab.backends.base import FLUSH_BYTES_ENV
 from rooflab.experiments.machine_lock import LOCK_DIR_ENV
+from rooflab.progress import ENV as PROGRESS_ENV
 
 # The test suite's cold samples flush 8 MiB, not the gigabyte this host's caches call for (a
 # tiny sweep spent 4 of its 5 s flushing): no test judges a cold figure by the flush it got, and
@@ -22,10 +23,14 @@ TEST_FLUSH_BYTES = 8 << 20
 @pytest.fixture(scope="session", autouse=True)
 def private_host(tmp_path_factory):
     """The whole session measures under its own lock directory (it neither waits for a campaign
-    on this host nor makes one wait) with the test flush; subprocesses inherit both."""
+    on this host nor makes one wait) with the test flush, and shows no progress on the terminal
+    (a test of the Snakefile's switch that sets it would otherwise leave it on for every later
+    `rooflab measure`, whose status line then lands in pytest's output); subprocesses inherit
+    all three."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(LOCK_DIR_ENV, str(tmp_path_factory.mktemp("locks")))
         patch.setenv(FLUSH_BYTES_ENV, str(TEST_FLUSH_BYTES))
+        patch.setenv(PROGRESS_ENV, "off")
         yield
 
 

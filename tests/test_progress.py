@@ -298,6 +298,12 @@ def test_the_campaign_shows_progress_only_where_it_is_interactive(
     assert os.environ[ENV] == ("tty" if shown else "off")
 
 
+def test_the_switch_tested_above_is_off_again_for_the_rest_of_the_suite():
+    """Issue 44: the tests above set the switch the way the Snakefile does; each restores the
+    suite's "off", so no later `rooflab measure` draws its status line into pytest's output."""
+    assert os.environ[ENV] == "off"
+
+
 def test_snakemakes_quietness_values_are_understood(monkeypatch):
     from snakemake.settings.enums import Quietness
 

@@ -106,8 +106,9 @@ def _column_cells(column: str, values: list) -> tuple[str, list[str]]:
     unit, kind = column_unit(column)
     if unit is None or not all(v is None or _numeric(v) for v in values):
         return column, [_plain_cell(v) for v in values]
-    if kind is None:
-        return f"{column} ({unit})", [_plain_cell(v) for v in values]
+    if kind is None:  # no prefix: the unit in the header, unless the name already spells it
+        said = column.lower().endswith(f"_{unit.lower()}")
+        return (column if said else f"{column} ({unit})"), [_plain_cell(v) for v in values]
     finite = [abs(v) for v in values if _numeric(v) and math.isfinite(v) and v != 0]
     prefixed = format_quantity(max(finite), kind).split(" ", 1)[1] if finite else unit
     scale = UNITS[prefixed][1] if prefixed in UNITS else 1.0
