@@ -234,8 +234,8 @@ def campaign_summary(
     unavailable: dict[str, list[str]] = {}
     for receipt in kept:
         if receipt["kind"] == "counters" and receipt.get("status") in ("unavailable", "partial"):
-            reason = receipt.get("reason") or "?"
-            reason = reason if len(reason) <= 100 else reason[:99] + "…"  # the store has it all
+            # said whole: a reason cut short (`no CPU PMU ex…`) tells the user nothing
+            reason = " ".join((receipt.get("reason") or "?").split())
             why = f"{receipt['status']}: {reason}"
             unavailable.setdefault(why, []).append(receipt["sweep"])
     for why, sweeps in unavailable.items():
