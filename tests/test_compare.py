@@ -324,3 +324,22 @@ def test_a_disturbed_side_or_a_busy_machine_is_inconclusive_and_a_changed_accura
     )
     assert result.returncode == 0
     assert "accuracy changed: nap/fp32/default warm (same): max_relative_error" in result.stderr
+
+
+def test_the_table_fits_100_columns_and_gives_both_ratios(store, young):
+    """Issue 44: the table is at most 100 characters wide (details in --format json), with the
+    ratio of the medians beside the Hodges-Lehmann ratio; the summary says what provisional is."""
+    table = run_rooflab("compare", "--db", store["db"])
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == [
+        "key", "before_s", "(ms)", "after_s", "(ms)", "medians", "ratio", "interval", "verdict",
+    ]  # fmt: skip
+    assert max(len(line) for line in lines) <= 100, table.stdout
+    _, (pair,) = _compare(store)
+    assert pair["median_ratio"] == pytest.approx(pair["candidate_s"] / pair["baseline_s"])
+    cells = lines[1].split()
+    assert cells[4] == f"{pair['median_ratio']:.3g}" and cells[5] == f"{pair['ratio']:.3g}"
+    changed = "!" if pair["conditions_changed"] or pair["accuracy_changed"] else ""
+    assert cells[-1] == pair["verdict"] + ("*" if pair["provisional"] else "") + changed
+    said = run_rooflab("compare", "--db", young["db"]).stderr
+    assert "1 of 1 verdicts provisional: their key has fewer than 3 earlier runs" in said

@@ -13,9 +13,7 @@ from rooflab.cli.output import UsageError, print_rows
 JSON_COLUMNS = ("key", "kind", "name", "machine_id", "backend", "baseline_run_id")
 JSON_COLUMNS += ("candidate_run_id", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high")
 JSON_COLUMNS += ("p_value", "verdict", "provisional", "method", "conditions_changed", "note")
-JSON_COLUMNS += ("samples_verdict", "accuracy_changed")
-TABLE_COLUMNS = ("key", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high", "verdict")
-TABLE_COLUMNS += ("provisional", "conditions_changed", "accuracy_changed")
+JSON_COLUMNS += ("samples_verdict", "accuracy_changed", "median_ratio")
 INCONCLUSIVE = 3  # the exit status of --fail-on when no regression is confirmed but one could hide
 FAIL_ON = ("regression", "any-slower")
 
@@ -52,9 +50,21 @@ def cmd_compare(args) -> int:
             "compare: nothing to compare: no point or ceiling is in both runs"
             + (f" on machine {args.machine}" if args.machine else "")
         )
-    columns = JSON_COLUMNS if args.format == "json" else TABLE_COLUMNS
-    print_rows([{c: row[c] for c in columns} for row in rows], args.format)
+    for row in rows:  # the ratio of the two medians, beside the Hodges-Lehmann `ratio`
+        medians = row["baseline_s"], row["candidate_s"]
+        row["median_ratio"] = medians[1] / medians[0] if all(medians) else None
+    if args.format == "table":
+        print_rows([_table_row(row) for row in rows], "table")
+        print(
+            "rooflab: before: the baseline's median, after: the candidate's; medians: their "
+            "ratio; ratio: the Hodges-Lehmann ratio and its 95 % interval; * provisional, "
+            "! conditions or accuracy changed (--format json says which)",
+            file=sys.stderr,
+        )
+    else:
+        print_rows([{c: row[c] for c in JSON_COLUMNS} for row in rows], args.format)
     verdicts = ("slower", "faster", "same", "incomparable", "inconclusive")
+    provisional = sum(bool(r["provisional"]) for r in rows)
     counts = {v: sum(r["verdict"] == v for r in rows) for v in verdicts}
     print(
         "rooflab: "
@@ -62,6 +72,12 @@ def cmd_compare(args) -> int:
         + f" (minimum effect {args.min_effect:.0%})",
         file=sys.stderr,
     )
+    if provisional:
+        print(
+            f"rooflab: {provisional} of {len(rows)} verdicts provisional: their key has fewer than "
+            "3 earlier runs, so its run-to-run spread is unknown and a slower one is inconclusive",
+            file=sys.stderr,
+        )
     for row in rows:
         if row["verdict"] == "inconclusive":
             said = f"{row['key']}: {row['samples_verdict']} by its samples, but {row['note']}"
@@ -84,3 +100,27 @@ def cmd_compare(args) -> int:
         )
         return INCONCLUSIVE
     return 0
+
+
+def _table_row(row: dict) -> dict:
+    """A pair in a narrow table: the medians before and after, their ratio, the Hodges-Lehmann
+    ratio with its interval, the verdict (`*` provisional, `!` conditions or accuracy changed;
+    `--format json` has the details)."""
+    interval = ""
+    if row["ci_low"] is not None and row["ci_high"] is not None:
+        interval = f"{row['ci_low']:.3g}-{row['ci_high']:.3g}"
+    marks = "*" if row["provisional"] else ""
+    marks += "!" if row["conditions_changed"] or row["accuracy_changed"] else ""
+    return {
+        "key": row["key"],
+        "before_s": row["baseline_s"],
+        "after_s": row["candidate_s"],
+        "medians": _ratio(row["median_ratio"]),
+        "ratio": _ratio(row["ratio"]),
+        "interval": interval,
+        "verdict": row["verdict"] + marks,
+    }
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
