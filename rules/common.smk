@@ -32,12 +32,19 @@ def sweep_param(wildcards):
 
 
 def workload_param(wildcards):
-    return as_param(config["workloads"][wildcards.workload])
+    return as_param(with_path(config["workloads"][wildcards.workload]))
+
+
+def with_path(workload):
+    """A workload's section and, where the config names one, its workloads_path."""
+    path = config["workloads_path"]
+    return {**workload, "path": path} if path else workload
 
 
 def counted_param(wildcards):
     """The config section of what a counters job counts: a sweep, or a workload."""
-    return as_param(config[wildcards.kind][wildcards.name])
+    section = config[wildcards.kind][wildcards.name]
+    return as_param(with_path(section) if wildcards.kind == "workloads" else section)
 
 
 def scenario_param(wildcards):

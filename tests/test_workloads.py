@@ -45,6 +45,35 @@ def _measure(tmp_path: Path, module: str, entry: str, *args: str) -> subprocess.
     )
 
 
+def test_a_module_is_found_in_the_current_directory_or_the_workloads_path(tmp_path):
+    """Issue 44: `rooflab measure workload mykernels:axpb` from the module's folder, with no
+    PYTHONPATH; from elsewhere through the config's workloads_path; else one line saying where
+    rooflab looked and what to do."""
+    (tmp_path / "mykernels.py").write_text(_docs_example())
+    config = tmp_path / "fast.yaml"
+    config.write_text(yaml.safe_dump(FAST))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def measure(cwd: Path, config: Path) -> subprocess.CompletedProcess:
+        command = [installed_script("rooflab"), "measure", "workload", "mykernels:axpb"]
+        command += ["--param", "n=4096", "--cache-state", "warm", "--config", str(config)]
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+
+    assert measure(tmp_path, config).returncode == 0  # from the module's own folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    refused = measure(elsewhere, config)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert (
+        f"cannot import 'mykernels' (ModuleNotFoundError: No module named 'mykernels'); rooflab "
+        f"looks in the current directory ({elsewhere}), the config's workloads_path (none) and "
+        "PYTHONPATH: put mykernels in one of them, or name its folder in workloads_path"
+    ) in refused.stderr
+    with_path = elsewhere / "with_path.yaml"
+    with_path.write_text(yaml.safe_dump({**FAST, "workloads_path": [".."]}))
+    assert measure(elsewhere, with_path).returncode == 0, "the config's workloads_path"
+
+
 def test_the_docs_example_is_checked_and_timed_warm_and_cold(tmp_path):
     result = _measure(
         tmp_path,
@@ -224,9 +253,14 @@ def test_in_a_campaign_a_bad_workload_fails_alone_with_keep_going(tmp_path):
     assert not runs.exists() or list(runs.iterdir()) == []  # nothing half-written
     said = (workdir / "logs/time_workload/bad/local.log").read_text().strip().splitlines()
     said = [line for line in said if " ERROR " in line]  # beside INFO lines (the flush's size)
-    assert len(said) == 1 and said[0].endswith(
-        "bad: cannot import 'no_such_module' "
-        "(ModuleNotFoundError: No module named 'no_such_module')"
+    assert (
+        len(said) == 1
+        and (
+            "bad: cannot import 'no_such_module' "
+            "(ModuleNotFoundError: No module named 'no_such_module'); rooflab looks in the current "
+            f"directory ({workdir})"
+        )
+        in said[0]
     )
     output = done.stdout + done.stderr
     assert "Error in rule time_workload" in output and "Traceback" not in output

@@ -62,6 +62,7 @@ def cmd_measure_workload(args) -> None:
         "params": parse_params(args.param),
         "dtypes": args.dtype or ["fp32"],
         "cache_states": args.cache_state or list(CACHE_STATES),
+        "path": config["workloads_path"],
     }
     backend = select_backend(args.backend or config["backend"])
     timing = TimingSettings.from_config(config["timing"], config["disturbance"])

@@ -106,7 +106,7 @@ def case_from_spec(spec: dict) -> GemmCase | WorkloadCase:
         shape = [spec[key] for key in ("m", "n", "k", "dtype", "layout")]
         return GemmCase(GemmConfig(spec["sweep"], *shape), spec["seed"])
     case = Case(spec["workload"], spec["dtype"], spec["params"])
-    return WorkloadCase(case, {"entry": spec["entry"], "seed": spec["seed"]})
+    return WorkloadCase(case, {k: spec[k] for k in ("entry", "seed", "path") if k in spec})
 
 
 def profiled_call(

@@ -9,6 +9,7 @@ workload and the case; nothing of the run is returned."""
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def run_workload(
     """Check and time every case of workload `name` (`spec`: the config's workloads.<name>: entry,
     params, dtypes, cache_states, same_work_as, seed); the rows of each table (nothing written).
     Holds the machine lock throughout: one measurement at a time."""
-    load_entry(spec["entry"], name)  # refused before waiting for the machine
+    load_entry(spec["entry"], name, spec.get("path", ()))  # refused before waiting for the machine
     every_case = cases(name, spec.get("params") or {}, list(spec["dtypes"]))
     cache_states = list(spec.get("cache_states") or [CacheState.WARM, CacheState.COLD])
     with measuring_run(
@@ -98,7 +99,9 @@ class WorkloadCase:
     against its own reference before timing and again after each timing round."""
 
     case: Case
-    spec: Mapping  # its workload's config section: entry, seed, same_work_as
+    # its workload's config section (entry, seed, same_work_as) and `path`, the config's
+    # workloads_path
+    spec: Mapping
     kind = "workload"
     recheck = True
 
@@ -118,11 +121,12 @@ class WorkloadCase:
         """What a profiler's child needs to build the case again (experiments.profiled)."""
         case, seed = self.case, self.spec.get("seed", 0)
         return {"kind": self.kind, "workload": case.workload, "entry": self.spec["entry"],
-                "dtype": case.dtype, "params": case.params, "seed": seed}  # fmt: skip
+                "dtype": case.dtype, "params": case.params, "seed": seed,
+                "path": [os.path.abspath(p) for p in self.spec.get("path", ())]}  # fmt: skip
 
     def build(self, backend: Backend) -> Built:
         case, spec = self.case, self.spec
-        factory = load_entry(spec["entry"], case.workload)
+        factory = load_entry(spec["entry"], case.workload, spec.get("path", ()))
         workload = build_case(factory, case, backend, spec.get("seed", 0))
 
         def check(when: str) -> list[dict]:

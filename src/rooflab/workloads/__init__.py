@@ -24,7 +24,9 @@ import importlib
 import itertools
 import math
 import numbers
-from collections.abc import Callable, Mapping
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,16 +62,31 @@ class Context:
     backend: str
 
 
-def load_entry(entry: str, name: str = "workload") -> Callable[[dict, Context], Workload]:
-    """`package.module:function` imported; one WorkloadError naming `name` when it cannot be."""
+def load_entry(
+    entry: str, name: str = "workload", path: Sequence[str] = ()
+) -> Callable[[dict, Context], Workload]:
+    """`package.module:function` imported, from the current directory and the folders of `path`
+    (the config's workloads_path) as well as sys.path; one WorkloadError naming `name` and what
+    to do when it cannot be."""
     module_name, _, function_name = entry.partition(":")
     if not module_name or not function_name:
         raise WorkloadError(f"{name}: entry {entry!r} is not 'package.module:function'")
+    # after sys.path, not before: a user's folder never shadows an installed module
+    folders = [os.getcwd(), *(os.path.abspath(folder) for folder in path)]
+    sys.path.extend(folder for folder in folders if folder not in sys.path)
     try:
         module = importlib.import_module(module_name)
     except Exception as error:
+        top = module_name.partition(".")[0]
+        hint = (
+            f"; rooflab looks in the current directory ({folders[0]}), the config's "
+            f"workloads_path ({', '.join(folders[1:]) or 'none'}) and PYTHONPATH: put {top} "
+            "in one of them, or name its folder in workloads_path"
+            if isinstance(error, ModuleNotFoundError) and error.name == top
+            else ""
+        )
         raise WorkloadError(
-            f"{name}: cannot import {module_name!r} ({type(error).__name__}: {error})"
+            f"{name}: cannot import {module_name!r} ({type(error).__name__}: {error}){hint}"
         ) from None
     factory = getattr(module, function_name, None)
     if not callable(factory):
