@@ -19,6 +19,7 @@ from rooflab.experiments.ceiling_plan import (
 )
 from rooflab.experiments.ceilings import rounds_disagree
 from rooflab.experiments.stopping import (
+    Stop,
     Stopper,
     StoppingRule,
     median_interval_width,
@@ -180,3 +181,18 @@ def test_a_sweep_point_that_sets_no_ceiling_stops_at_a_looser_width():
     on, off = window_rule(settings), window_rule(settings, sets_a_ceiling=False)
     assert (on.rel_width, on.min_samples, on.max_time_s) == (0.03, 6, 0.2)
     assert (off.rel_width, off.min_samples, off.max_time_s) == (OFF_PLATEAU_WIDTH, 6, 0.1)
+
+
+def test_a_rounds_note_says_why_its_width_is_wider_than_the_configs():
+    """Issue 44: a round asks √rounds the config's rel_width (its pooled rounds then meet it); the
+    log's `asked 4.2%` says so instead of contradicting `rel_width: 0.03`."""
+    from rooflab.experiments.rounds import round_timing
+
+    rule = round_timing(TimingSettings(rel_width=0.03, rounds=2)).rule()
+    stop = Stop(StopReason.TIME_CAP, 0.077)
+    assert stop.note(rule) == (
+        "stopped on time_cap with the median's interval 7.7% wide (asked 4.2% per round: "
+        "timing.rel_width 3.0% x sqrt(2 rounds))"
+    )
+    one = TimingSettings(rel_width=0.03, rounds=1).rule()
+    assert stop.note(one).endswith("(asked 3.0%)")

@@ -50,6 +50,7 @@ def round_timing(timing: TimingSettings) -> TimingSettings:
         min_time_s=timing.min_time_s / rounds,
         max_time_s=timing.max_time_s / rounds,
         rel_width=timing.rel_width * math.sqrt(rounds),
+        round_of=rounds,
     )
 
 

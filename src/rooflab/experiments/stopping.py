@@ -26,6 +26,7 @@ class StoppingRule:
     min_time_s: float = 0.0
     max_time_s: float = 2.0  # the cap, once the floors are in
     max_samples: int = 10000
+    rounds: int = 1  # one round of this many (rel_width is then the config's x sqrt(rounds))
 
     def describe(self) -> str:
         return (
@@ -53,6 +54,9 @@ class Stop:
             return None
         width = "no interval" if self.rel_width is None else f"{self.rel_width:.1%} wide"
         asked = f"{rule.rel_width:.1%}"
+        if rule.rounds > 1:  # the config's rel_width, widened for one round of several
+            config = rule.rel_width / math.sqrt(rule.rounds)
+            asked += f" per round: timing.rel_width {config:.1%} x sqrt({rule.rounds} rounds)"
         return f"stopped on {self.reason} with the median's interval {width} (asked {asked})"
 
 

@@ -52,6 +52,7 @@ class TimingSettings:
     # A user kernel's one call (factory, check, run) past this is a hang (experiments.watchdog).
     max_call_s: float = _DEFAULT["max_call_s"]
     disturbance: DisturbanceSettings = field(default_factory=DisturbanceSettings)
+    round_of: int = 1  # not a config key: these are one round's settings of that many
 
     @classmethod
     def from_config(cls, timing: dict, disturbance: dict | None = None) -> TimingSettings:
@@ -68,6 +69,7 @@ class TimingSettings:
             min_time_s=self.min_time_s,
             max_time_s=self.max_time_s,
             max_samples=self.max_samples,
+            rounds=self.round_of,
         )
 
 
