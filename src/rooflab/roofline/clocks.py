@@ -32,6 +32,12 @@ def roof_clocks(tables: dict) -> dict[str, tuple[float, ...]]:
     return {name: clock for name, (_, clock) in best.items()}
 
 
+def roof_clock(machine: dict | None, roof: str) -> tuple[float, ...] | None:
+    """The clock range of a roof (a compute path or a level) of latest_ceilings_by_machine's
+    `machine`; None where unread."""
+    return ((machine or {}).get("clocks") or {}).get(roof)
+
+
 def clock_columns(point_clock: tuple | None, roof_clock: tuple | None) -> dict:
     names = ("clock_mhz", "clock_min_mhz", "clock_max_mhz")
     return {

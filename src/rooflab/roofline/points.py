@@ -47,6 +47,7 @@ from rooflab.roofline.clocks import (
     clock_columns,
     clock_ranges,
     replay_clock,
+    roof_clock,
     roof_clocks,
 )
 from rooflab.vocabulary import (
@@ -260,7 +261,7 @@ def roofline_points(
                     **timing_flags(point),
                     **clock_columns(
                         clocks.get((point["config_id"], point["cache_state"])),
-                        machine.get("clocks", {}).get(path if b.limiter == "compute" else level),
+                        roof_clock(machine, path if b.limiter == "compute" else level),
                     ),
                 }
             )
@@ -350,8 +351,6 @@ def counter_points(
                 replay_modes[key] = row["replay_mode"]
             if row["scope"] == "kernel" and row["metric"] == SM_CLOCK and row["value"]:
                 replay_clocks.setdefault(key, []).append(row["value"] / 1e6)
-        roof_clock = ((machine or {}).get("clocks") or {}).get
-
         calibrations = tables.get("counter_calibration")
         for cal in calibrations.to_pylist() if calibrations is not None else []:
             key = (cal["config_id"], cal["cache_control"])
@@ -400,7 +399,9 @@ def counter_points(
                     "ceilings_run_id": machine["run_id"],
                     **timing_flags(paired.timing),
                     **_against_model(row, paired.timing.get("bytes_model")),
-                    **clock_columns(paired.timing.get("clock"), roof_clock(row["compute_path"])),
+                    **clock_columns(
+                        paired.timing.get("clock"), roof_clock(machine, row["compute_path"])
+                    ),
                     "replay_clock_mhz": replay_clock(replay_clocks.get(key)),
                 }
                 for row in rows

@@ -27,6 +27,7 @@ from rooflab.store.connection import VERSION_TABLE
 
 # Tables the store keeps itself (not from a run folder): no run may hold one of these names.
 STORE_TABLES = ("run_comparisons", VERSION_TABLE)
+SIDES = ("baseline", "candidate")
 CLOCK_CHANGE = 0.05  # a clock range that moved more than this fraction is a changed condition
 
 COLUMNS = (
@@ -88,19 +89,14 @@ def _samples(connection, pairs: list[dict]) -> dict[tuple, tuple[list, list, lis
     """(run_id, config_id, cache_state) -> (seconds per unit of work, clock MHz, amount of work,
     the median per unit of work of each round) of the clean samples of every run and key in
     `pairs` (samples with no round: one round)."""
-    wanted = {(p[side], p["config_id"]) for p in pairs for side in ("baseline", "candidate")}
-    if not wanted:
-        return {}
-    connection.register("_wanted", _frame(wanted))
-    try:
-        rows = connection.execute(
-            "SELECT s.run_id, s.config_id, s.cache_state, s.seconds / coalesce(s.amount, 1), "
-            "s.clock_mhz, coalesce(s.amount, 1), coalesce(s.round, 0) FROM samples AS s "
-            "JOIN _wanted AS w USING (run_id, config_id) "
-            "WHERE NOT coalesce(s.disturbed, false) AND s.seconds > 0 ORDER BY s.sample_idx"
-        ).fetchall()
-    finally:
-        connection.unregister("_wanted")
+    rows = _of_pairs(
+        connection,
+        pairs,
+        "SELECT s.run_id, s.config_id, s.cache_state, s.seconds / coalesce(s.amount, 1), "
+        "s.clock_mhz, coalesce(s.amount, 1), coalesce(s.round, 0) FROM samples AS s "
+        "JOIN _wanted AS w USING (run_id, config_id) "
+        "WHERE NOT coalesce(s.disturbed, false) AND s.seconds > 0 ORDER BY s.sample_idx",
+    )
     found: dict[tuple, tuple[list, list, list, list]] = {}
     by_round: dict[tuple, dict[int, list[float]]] = {}
     for run_id, config_id, cache_state, per_unit, clock, amount, round_ in rows:
@@ -119,18 +115,13 @@ def _samples(connection, pairs: list[dict]) -> dict[tuple, tuple[list, list, lis
 def _accuracy(connection, pairs: list[dict]) -> dict[tuple, dict[str, tuple]]:
     """(run_id, config_id) -> {metric: (largest error, its tolerance, all passed)} of every run
     and key in `pairs`: the checks in the timing run itself."""
-    wanted = {(p[side], p["config_id"]) for p in pairs for side in ("baseline", "candidate")}
-    if not wanted:
-        return {}
-    connection.register("_wanted", _frame(wanted))
-    try:
-        rows = connection.execute(
-            "SELECT c.run_id, c.config_id, c.metric, max(c.error), max(c.tolerance), "
-            "bool_and(c.passed) FROM correctness AS c JOIN _wanted AS w USING (run_id, config_id) "
-            "GROUP BY ALL"
-        ).fetchall()
-    finally:
-        connection.unregister("_wanted")
+    rows = _of_pairs(
+        connection,
+        pairs,
+        "SELECT c.run_id, c.config_id, c.metric, max(c.error), max(c.tolerance), "
+        "bool_and(c.passed) FROM correctness AS c JOIN _wanted AS w USING (run_id, config_id) "
+        "GROUP BY ALL",
+    )
     found: dict[tuple, dict[str, tuple]] = {}
     for run_id, config_id, metric, error, tolerance, passed in rows:
         found.setdefault((run_id, config_id), {})[metric] = (error, tolerance, passed)
@@ -167,7 +158,16 @@ def _cannot_judge(compared: Compared, base_row: dict, cand_row: dict, runs: tupl
     return why
 
 
-SIDES = ("baseline", "candidate")
+def _of_pairs(connection, pairs: list[dict], sql: str) -> list[tuple]:
+    """The rows of `sql`, which joins `_wanted` (run_id, config_id): both runs of every pair."""
+    wanted = {(p[side], p["config_id"]) for p in pairs for side in SIDES}
+    if not wanted:
+        return []
+    connection.register("_wanted", _frame(wanted))
+    try:
+        return connection.execute(sql).fetchall()
+    finally:
+        connection.unregister("_wanted")
 
 
 def _frame(wanted):
