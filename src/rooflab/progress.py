@@ -11,11 +11,15 @@ Two places, one text:
   output redirected, not with `--quiet`.
 
 The ETA comes from the planned work, not from the first items: each item is planned in seconds
-from the job's settings (a ceilings point: its windows; a GEMM timing: its warm-up and sampling
-time), and the ratio of measured to planned time of the finished items corrects the rest of the
-plan, trusted more as more of the plan is done. A sweep whose first points are its fastest (small
-working sets, small M), or whose first item compiles its kernels, therefore promises neither
-minutes it will not need nor seconds it cannot keep.
+from the job's settings and what the job has learnt (a ceilings point: its windows and working
+set; a timing: its warm-up and sampling floors at its call's time, experiments.item_plans), the
+plan of what is left is made again as items finish (`replan`), and the ratio of measured to
+planned time of the finished items corrects the rest, trusted more as more of the plan is done.
+A sweep whose first points are its fastest (small working sets, small M), or whose first item
+compiles its kernels, therefore promises neither minutes it will not need nor seconds it cannot
+keep. The job's last line says what it took, what its items were planned at as each began (the
+final plan) and what it said at its start (the first estimate): benchmarks/eta_plan.py holds
+them to their targets.
 """
 
 from __future__ import annotations
@@ -51,20 +55,29 @@ class Eta:
     seconds per planned unit start at the prior and move to the measured ratio of the finished
     items as their share of the plan grows (an even mix at `TRUST` of the plan). An item of a
     plan in seconds that overran it more than `ONE_OFF` times (a first call that compiles its
-    kernels) counts as `ONE_OFF` times its plan there: a one-off cost is not extrapolated."""
+    kernels) counts as `ONE_OFF` times its plan there, while such items are few (`ONE_OFFS`, or
+    a quarter of the items done): a one-off cost is not extrapolated, but a plan that is short
+    throughout is corrected."""
 
     TRUST = 0.1
     ONE_OFF = 4.0
+    ONE_OFFS = 3
 
     def __init__(self, planned_total: float, seconds_per_unit: float | None = 1.0):
         self.total = planned_total
         self.prior = seconds_per_unit
         self.planned_done = 0.0
         self.actual_done = 0.0
+        self.items_done = self.overruns = 0  # overruns: items over ONE_OFF x their plan
 
     def finished(self, planned: float, actual: float) -> None:
+        overran = actual > self.ONE_OFF * planned
+        few = self.overruns < max(self.ONE_OFFS, self.items_done / 4)
+        one_off = overran and few and self.prior is not None
+        self.items_done += 1
+        self.overruns += overran
         self.planned_done += planned
-        self.actual_done += min(actual, self.ONE_OFF * planned) if self.prior else actual
+        self.actual_done += self.ONE_OFF * planned if one_off else actual
 
     def seconds_per_unit(self) -> float | None:
         measured = self.actual_done / self.planned_done if self.planned_done > 0 else None
@@ -183,6 +196,8 @@ class Progress:
         self.items, self.index, self.name, self.detail = 0, 0, "", ""
         self.eta = Eta(0.0, None)
         self.planned_current = 0.0
+        self.promised = 0.0  # seconds: each item's plan as it began, the ETA's rate applied
+        self.first_estimate: float | None = None
         self.started = self.item_started = clock()
         self.last_log = -math.inf
         self.closed = False
@@ -194,6 +209,18 @@ class Progress:
         self.eta = Eta(float(sum(planned)), seconds_per_unit)
         self.started = self.item_started = self.clock()
         self.last_log = -math.inf  # the first item's line, with the plan's ETA, is logged
+        self.first_estimate = self.eta.left()
+        self._planned()
+
+    def adjust(self, planned_before: float, planned_now: float) -> None:
+        """An item still to come planned again (from a roof measured since)."""
+        self.eta.total += planned_now - planned_before
+        self._planned()
+
+    def replan(self, planned_after_current: float) -> None:
+        """The planned seconds of the items after the current one, made again from what the job
+        has learnt (a case's call timed, its operands' size)."""
+        self.eta.total = self.eta.planned_done + self.planned_current + planned_after_current
         self._planned()
 
     def drop(self, planned: Sequence[float]) -> None:
@@ -219,6 +246,8 @@ class Progress:
         self._finish(now)
         self.index += 1
         self.name, self.detail, self.planned_current, self.item_started = name, "", planned, now
+        if (rate := self.eta.seconds_per_unit()) is not None:
+            self.promised += rate * planned
         self._report(now)
 
     def update(self, detail: str) -> None:
@@ -236,9 +265,12 @@ class Progress:
         self.closed = True
         now = self.clock()
         self._finish(now)
-        planned = self.eta.total * self.eta.prior if self.eta.prior else None
         took = duration(now - self.started)
-        against = f" (planned {duration(planned)})" if planned else ""
+        against = ""
+        if self.eta.prior and self.index:
+            first = self.first_estimate
+            said = f"; first estimate {duration(first)}" if first is not None else ""
+            against = f" (planned {duration(self.promised)}{said})"
         self._log(f"[{self.label}] done: {self.index} of {self.items} in {took}{against}")
         if self.terminal:
             self.terminal.end(f"{self.label}: done, {self.index} of {self.items} in {took}")

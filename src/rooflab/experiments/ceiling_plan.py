@@ -15,6 +15,7 @@ from rooflab.backends.cuda_host_link import check_buffer, copy_bytes
 from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.config import ConfigError, defaults
 from rooflab.experiments.cache_edges import MEMORY_ABOVE, PLATEAU_ABOVE, PLATEAU_BELOW
+from rooflab.experiments.item_plans import PRIOR_FLOP_PER_S
 from rooflab.experiments.timing import TimingSettings
 from rooflab.model import tensor_bytes
 from rooflab.units import UnitError, format_quantity, parse_bytes
@@ -269,11 +270,16 @@ def planned_sweep_point_s(settings: CeilingSettings, working_set: int) -> float:
     return planned_point_s(settings) + PLANNED_S_PER_BYTE * working_set
 
 
-def planned_blas_s(settings: CeilingSettings, rest_s: float = 0.0) -> float:
-    """Planned seconds of one library GEMM ceiling: its warm-up, idle (`rest_s`: the backend's
-    rest_before_peak_s) and sampling floor."""
+def planned_blas_s(
+    settings: CeilingSettings, rest_s: float = 0.0, flop_rate: float | None = None
+) -> float:
+    """Planned seconds of one library GEMM ceiling: its check (a call and the reference), its
+    warm-up, idle (`rest_s`: the backend's rest_before_peak_s) and sampling, at `flop_rate` (the
+    dtype's FMA roof measured before it; a prior before that: experiments.item_plans)."""
     timing = settings.blas_timing
-    return timing.warmup_s + rest_s + timing.min_time_s
+    call_s = 2 * settings.blas_n**3 / (flop_rate or PRIOR_FLOP_PER_S)
+    warmup = max(timing.warmup_s + call_s, timing.warmup_min_calls * call_s)
+    return 2 * call_s + warmup + rest_s + max(timing.min_time_s, timing.min_samples * call_s)
 
 
 def planned_work(

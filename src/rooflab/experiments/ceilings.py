@@ -39,6 +39,7 @@ from rooflab.experiments.ceiling_plan import (
     check_supported,
     largest_working_set,
     narrower_sweep_end,
+    planned_blas_s,
     planned_point_s,
     planned_sweep_point_s,
     planned_work,
@@ -336,8 +337,13 @@ def _run_ceilings(run: MeasuringRun, settings: CeilingSettings) -> dict:
     measure_host_link(backend, settings, run_id, tables, progress, point_s)
 
     for dtype in settings.blas_dtypes:
+        # planned again from the dtype's FMA roof, now measured
+        rates = [best[p.name][0][1] for p in paths if p.dtype == dtype and p.name in best]
+        rate = max(rates, default=None)
+        rest = backend.rest_before_peak_s
+        progress.adjust(planned_blas_s(settings, rest), planned_blas_s(settings, rest, rate))
         tables["ceilings"].extend(
-            library_ceilings(backend, dtype, settings, run_id, tables, progress)
+            library_ceilings(backend, dtype, settings, run_id, tables, progress, rate)
         )
     fma_round()
 

@@ -67,6 +67,10 @@ class GemmCase:
     def what(self) -> str:
         return f"gemm configuration {self.config_id}"
 
+    def work_hint(self) -> tuple[float, float]:
+        ledger = config_ledger(self.config)
+        return float(ledger.flops), float(ledger.bytes)
+
     def child_spec(self) -> dict:
         """What a profiler's child needs to build the case again (experiments.profiled)."""
         c = self.config

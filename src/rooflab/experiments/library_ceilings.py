@@ -23,15 +23,19 @@ def ceiling_flags(tables: dict, config_ids: set[str], max_clock_change: float) -
     return clock_flags(readings, max_clock_change)
 
 
-def library_ceilings(backend, dtype, settings, run_id, tables, progress) -> list[dict]:
+def library_ceilings(
+    backend, dtype, settings, run_id, tables, progress, flop_rate: float | None = None
+) -> list[dict]:
     """A dtype's library GEMM ceilings: a row per call the backend times for it
     (`library_variants`; on CUDA, bf16 through cuBLAS gemmEx and through cuBLASLt), all named
     `library_path(dtype)`, the kernel telling the calls apart. As for every name, the roof is the
-    best row; where there are several, each row's method says which is the faster, by how much."""
+    best row; where there are several, each row's method says which is the faster, by how much.
+    `flop_rate`: the dtype's FMA roof, measured before it, which its plan is made from."""
     variants = backend.library_variants(dtype)
-    progress.add([planned_blas_s(settings, backend.rest_before_peak_s)] * (len(variants) - 1))
+    planned = planned_blas_s(settings, backend.rest_before_peak_s, flop_rate)
+    progress.add([planned] * (len(variants) - 1))
     rows = [
-        _blas_ceiling(backend, dtype, variant, index, settings, run_id, tables, progress)
+        _blas_ceiling(backend, dtype, variant, index, settings, run_id, tables, progress, planned)
         for index, variant in enumerate(variants)
     ]
     if len(rows) > 1:
@@ -68,15 +72,14 @@ def _check_library_gemm(backend, operands, dtype: str, config_id: str) -> None:
         raise BackendError(f"{config_id}: the library GEMM's result is wrong: {'; '.join(failed)}")
 
 
-def _blas_ceiling(backend, dtype, variant, index, settings, run_id, tables, progress) -> dict:
+def _blas_ceiling(
+    backend, dtype, variant, index, settings, run_id, tables, progress, planned: float
+) -> dict:
     n = settings.blas_n
     # the first variant keeps the config id of a single library GEMM; the others add their kernel
     config_id = f"blas/{dtype}/n{n}" + (f"/{variant.kernel}" if index else "")
     unit = work_unit(dtype)  # OP for int8, else FLOP
-    progress.start(
-        f"library GEMM {dtype} n={n} ({variant.library})",
-        planned_blas_s(settings, backend.rest_before_peak_s),
-    )
+    progress.start(f"library GEMM {dtype} n={n} ({variant.library})", planned)
     operands = backend.library_operands(n, dtype, variant)
     _check_library_gemm(backend, operands, dtype, config_id)
     wait_until_idle()  # numba's pool may still spin from the kernels before it

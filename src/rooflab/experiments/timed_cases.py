@@ -7,11 +7,13 @@ recorded and never timed (again); each step of a case (its build, its check, one
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from rooflab.backends.base import Backend
+from rooflab.experiments.item_plans import CallTimes
 from rooflab.experiments.rounds import TimedPoint
 from rooflab.experiments.runs import MeasuringRun
 from rooflab.experiments.timing import TimingSettings
@@ -44,12 +46,9 @@ class TimedCase(Protocol):
 
     def build(self, backend: Backend) -> Built: ...
 
-
-def planned_timing_s(timing: TimingSettings) -> float:
-    """Planned seconds of timing one case in one cache state: its warm-up, idle and sampling
-    budgets (a call slower than the budget over the sample floor takes longer; the ETA's measured
-    rate corrects for that as the run goes)."""
-    return timing.warmup_s + timing.cooldown_s + timing.min_time_s
+    def work_hint(self) -> tuple[float, float] | None:
+        """Its F and model Q where known before it is built (a GEMM's shape), for the plan."""
+        ...
 
 
 @dataclass
@@ -59,10 +58,32 @@ class _Cases:
     timing: TimingSettings | None  # None: check only
     points: dict[tuple[str, str], TimedPoint] = field(default_factory=dict)
     rows: dict[str, dict] = field(default_factory=dict)  # config_id -> its columns and threads
+    calls: CallTimes = field(default_factory=CallTimes)
+    to_come: list[tuple[str, str]] = field(default_factory=list)  # (config_id, state), in order
 
-    def drop(self, timings_left: int) -> None:
-        if self.timing is not None:
-            self.run.progress.drop([planned_timing_s(self.timing)] * timings_left)
+    def plan(self, cases: list[TimedCase]) -> None:
+        """Every timing of the run, in the order it comes, planned from the cases' work."""
+        rounds = self.timing.rounds
+        for case in cases:
+            if (hint := case.work_hint()) is not None:
+                flops, model_bytes = hint
+                self.calls.built(case.config_id, {"flops": flops, "bytes_model": model_bytes}, ())
+        self.to_come = [(c.config_id, s) for _ in range(rounds) for c in cases
+                        for s in self.cache_states]  # fmt: skip
+        self.run.progress.plan([self.calls.planned_s(c, s, self.timing) for c, s in self.to_come])
+
+    def replan(self) -> None:
+        """The timings still to come planned again from what the run has learnt."""
+        planned = sum(self.calls.planned_s(c, s, self.timing) for c, s in self.to_come)
+        self.run.progress.replan(planned)
+
+    def drop(self, config_id: str) -> None:
+        """A case that failed its check: its timings still to come are not run."""
+        if self.timing is None:
+            return
+        dropped = [item for item in self.to_come if item[0] == config_id]
+        self.to_come = [item for item in self.to_come if item[0] != config_id]
+        self.run.progress.drop([self.calls.planned_s(c, s, self.timing) for c, s in dropped])
 
     def checked(self, case: TimedCase, built: Built, when: str, only_failed=False) -> bool:
         """Run the case once against its reference; its rows stored (with `only_failed`, only
@@ -80,17 +101,17 @@ class _Cases:
         backend, timing, progress = self.run.backend, self.timing, self.run.progress
         states = self.cache_states
         max_call_s = timing.max_call_s if timing is not None else None
-        rounds_left = timing.rounds - round_index if timing is not None else 0
         if timing is None:
             progress.start(case.label)
         with step_limit(max_call_s, case.what):
             built = case.build(backend)
             beat()
             if round_index == 0 and check and not self.checked(case, built, BEFORE_TIMING):
-                self.drop(len(states) * rounds_left)
+                self.drop(case.config_id)
                 return False  # a wrong result is recorded, never timed
         if timing is None:
             return True
+        self.calls.built(case.config_id, built.columns, built.arrays)
         # the threads as the case left them: what the timing ran with
         self.rows[case.config_id] = {**built.columns, "threads": backend.library_threads()}
         for index, cache_state in enumerate(states):
@@ -99,12 +120,21 @@ class _Cases:
                 TimedPoint(case.config_id, cache_state, built.columns["flops"], built.work_unit),
             )
             rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
-            progress.start(f"{case.label} {cache_state}{rounds}", planned_timing_s(timing))
+            self.to_come.remove((case.config_id, cache_state))
+            planned = self.calls.planned_s(case.config_id, cache_state, timing)
+            progress.start(f"{case.label} {cache_state}{rounds}", planned)
+            self.replan()  # with what the case's build and the items before it told
+            started = time.perf_counter()
             with step_limit(max_call_s, f"{case.what} {cache_state}"):
                 point.time_round(
                     backend, built.call, timing, self.run.tables, run_id=self.run.run_id,
                     progress=progress, operands=built.arrays,
                 )  # fmt: skip
+            measured = point.measurements[-1]
+            self.calls.timed(
+                case.config_id, cache_state, measured.summary(1.0).median_s,
+                time.perf_counter() - started, len(measured.samples), timing,
+            )  # fmt: skip
             if not case.recheck:
                 continue
             # checked again after every timing round: a kernel that goes wrong after some calls
@@ -115,7 +145,7 @@ class _Cases:
             )  # fmt: skip
             with step_limit(max_call_s, case.what):
                 if not self.checked(case, built, when, only_failed=not last):
-                    self.drop(len(states) - index - 1 + len(states) * (rounds_left - 1))
+                    self.drop(case.config_id)
                     return False
         return True
 
@@ -134,7 +164,7 @@ def time_cases(
     state = _Cases(run, list(cache_states), timing)
     rounds = timing.rounds if timing is not None else 1
     if timing is not None:
-        run.progress.plan([planned_timing_s(timing)] * len(cases) * len(cache_states) * rounds)
+        state.plan(cases)
     else:  # a check's cost is not planned: the ETA follows the checks done
         run.progress.plan([1.0] * len(cases), seconds_per_unit=None)
     failed: set[str] = set()  # failed a check: not built, checked nor timed again

@@ -117,6 +117,9 @@ class WorkloadCase:
     def what(self) -> str:
         return f"workload {self.case.workload} case {self.case.config_id}"
 
+    def work_hint(self) -> None:
+        return None  # its ledger is the factory's: known once it is built
+
     def child_spec(self) -> dict:
         """What a profiler's child needs to build the case again (experiments.profiled)."""
         case, seed = self.case, self.spec.get("seed", 0)

@@ -1,0 +1,104 @@
+"""How long timing one case in one cache state will take, from what is known when it is planned
+(the ETA of a sweep or a workload: rooflab.progress).
+
+An item's time is its warm-up (the budget, or its floor of calls where calls are long), and its
+samples: the sampling floor in time, or the floor of samples where each sample (the call, the
+clock and disturbance readings around it, a cold sample's eviction) takes longer. So the plan
+needs the case's call time: measured once the case has been timed in one state; before that, its
+work (F) at the rate of the timed case of the nearest arithmetic intensity (cases of similar
+intensity run near one roof), else the rate of the last timed case, else a prior. A cold
+sample's eviction is planned per byte of the case's operands, at the rate learnt from the cold
+samples so far. The ETA then corrects what is left of the plan by the measured/planned ratio of
+the items done (progress.Eta).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from rooflab.experiments.rounds import round_timing
+from rooflab.experiments.timing import TimingSettings
+from rooflab.vocabulary import CacheState
+
+# Before any case is timed: a call of a case of unknown work, and a rate for a known one (a few
+# cores' GEMM on a CPU; the ETA's measured ratio corrects a GPU's within a few items).
+PRIOR_CALL_S = 1e-3
+PRIOR_FLOP_PER_S = 5e10
+SAMPLE_OVERHEAD_S = 5e-4  # a sample's clock probe and disturbance readings (CPU, /proc)
+PRIOR_EVICT_S_PER_BYTE = 1e-9  # a cold sample's eviction of its operands, line by line
+
+
+def planned_timing_s(timing: TimingSettings, call_s: float = 0.0, evict_s: float = 0.0) -> float:
+    """Planned seconds of timing one case in one cache state, in one of its rounds: warm-up (at
+    least its floor of calls), idle, and sampling (the time floor, or the sample floor where
+    samples of `call_s` plus their readings and `evict_s` of eviction take longer)."""
+    one = round_timing(timing)
+    warmup = max(one.warmup_s + call_s, one.warmup_min_calls * call_s)
+    sampling = max(one.min_time_s, one.min_samples * (call_s + SAMPLE_OVERHEAD_S + evict_s))
+    return warmup + one.cooldown_s + sampling
+
+
+@dataclass
+class CallTimes:
+    """What is known of each case's call: its work (F, where known before it is built), its
+    operands' bytes and intensity once built, its median call once timed."""
+
+    work: dict[str, float] = field(default_factory=dict)  # config_id -> F
+    intensity: dict[str, float] = field(default_factory=dict)  # config_id -> F / Q (model)
+    operand_bytes: dict[str, float] = field(default_factory=dict)
+    measured: dict[str, float] = field(default_factory=dict)  # config_id -> median call s
+    last_measured: str | None = None
+    evict_rates: list[float] = field(default_factory=list)  # s per byte, per cold item
+
+    def built(self, config_id: str, columns: dict, arrays: tuple) -> None:
+        flops, model_bytes = columns.get("flops"), columns.get("bytes_model")
+        if flops:
+            self.work[config_id] = float(flops)
+            if model_bytes:
+                self.intensity[config_id] = float(flops) / float(model_bytes)
+        self.operand_bytes[config_id] = float(sum(getattr(a, "nbytes", 0) for a in arrays))
+
+    def timed(
+        self, config_id: str, cache_state: str, call_s: float, item_s: float, samples: int,
+        timing: TimingSettings,
+    ) -> None:  # fmt: skip
+        """A case timed in one state: its median call `call_s`, the item's `item_s` seconds and
+        `samples` count; a cold one's time past its warm plan is its eviction."""
+        self.measured.setdefault(config_id, call_s)
+        self.last_measured = config_id
+        operand_bytes = self.operand_bytes.get(config_id, 0.0)
+        if cache_state == CacheState.COLD and operand_bytes > 0 and samples > 0:
+            over = item_s - planned_timing_s(timing, call_s)
+            self.evict_rates.append(max(over, 0.0) / samples / operand_bytes)
+
+    def call_s(self, config_id: str) -> float:
+        if config_id in self.measured:
+            return self.measured[config_id]
+        rate = self._rate_near(self.intensity.get(config_id))
+        if config_id in self.work:
+            return self.work[config_id] / rate
+        if self.last_measured is not None:
+            return self.measured[self.last_measured]
+        return PRIOR_CALL_S
+
+    def evict_s(self, config_id: str) -> float:
+        per_byte = statistics.median(self.evict_rates) if self.evict_rates else None
+        return (per_byte or PRIOR_EVICT_S_PER_BYTE) * self.operand_bytes.get(config_id, 0.0)
+
+    def planned_s(self, config_id: str, cache_state: str, timing: TimingSettings) -> float:
+        evict = self.evict_s(config_id) if cache_state == CacheState.COLD else 0.0
+        return planned_timing_s(timing, self.call_s(config_id), evict)
+
+    def _rate_near(self, intensity: float | None) -> float:
+        """FLOP/s of the timed case of the nearest intensity (or the last timed, or the prior)."""
+        timed = [c for c in self.measured if c in self.work]
+        if not timed:
+            return PRIOR_FLOP_PER_S
+        near = timed[-1] if self.last_measured not in timed else self.last_measured
+        if intensity is not None:
+            known = [c for c in timed if c in self.intensity]
+            if known:
+                near = min(known, key=lambda c: abs(math.log(self.intensity[c] / intensity)))
+        return self.work[near] / self.measured[near]
