@@ -24,6 +24,9 @@ from rooflab.experiments.ceiling_plan import (
     planned_work,
 )
 from rooflab.experiments.item_plans import (
+    PRIOR_BYTES_PER_S,
+    PRIOR_CALL_S,
+    PRIOR_FLOP_PER_S,
     SAMPLE_OVERHEAD_S,
     CallTimes,
     planned_timing_s,
@@ -159,6 +162,11 @@ def test_a_case_not_yet_timed_is_planned_at_the_rate_of_the_nearest_intensity():
     calls.built("low", {"flops": 1e6, "bytes_model": 1e6}, ())
     calls.built("high", {"flops": 1e9, "bytes_model": 1e7}, ())
     calls.built("next", {"flops": 4e9, "bytes_model": 5e7}, ())  # intensity 80
+    calls.built("stream", {"flops": 1e6, "bytes_model": 1e8}, ())
+    # nothing timed yet: its bound at the prior rates, memory's for a streaming case
+    assert calls.call_s("next") == pytest.approx(4e9 / PRIOR_FLOP_PER_S)
+    assert calls.call_s("stream") == pytest.approx(1e8 / PRIOR_BYTES_PER_S)
+    assert calls.call_s("unbuilt") == PRIOR_CALL_S
     timing = TimingSettings()
     calls.timed("low", "warm", 1e-3, 0.1, 10, timing)  # 1 GFLOP/s
     calls.timed("high", "warm", 0.02, 0.5, 10, timing)  # 50 GFLOP/s
@@ -201,17 +209,18 @@ def test_a_plan_short_throughout_is_corrected_not_capped_as_a_one_off():
 def test_the_last_line_says_the_final_plan_and_the_first_estimate():
     clock, log = FakeClock(), io.StringIO()
     progress = Progress("gemm a", stream=log, terminal=None, clock=clock)
-    progress.plan([1.0] * 4)  # first estimate: 4 s
-    for index in range(4):
-        progress.start(f"item {index}", 1.0)
-        progress.replan(3.0 * (3 - index))  # learnt: each item takes 3 s
+    progress.plan([1.0] * 4)
+    for index in range(4):  # learnt once the first has begun: each item takes 3 s
+        progress.start(f"item {index}", 1.0 if index == 0 else 3.0, 3.0 * (3 - index))
         clock.advance(3.0)
     progress.close()
-    # the items' plans as each began: 1 s, then the ETA's rate (moving to 3 s per planned s)
+    # the items' plans as each began: 1 s, then 3 s each at the ETA's rate (3 s per planned s
+    # after the first item, moving back towards 1 as the plan proves right)
     promised = progress.promised
-    assert 4.0 < promised < 12.0
+    assert 10.0 < promised < 20.0
+    # the first line said 1 + 9 s: the first item's plan and the rest as learnt by then
     assert log.getvalue().splitlines()[-1] == (
-        f"[gemm a] done: 4 of 4 in 12 s (planned {duration(promised)}; first estimate 4 s)"
+        f"[gemm a] done: 4 of 4 in 12 s (planned {duration(promised)}; first estimate 10 s)"
     )
 
 
@@ -417,3 +426,21 @@ def test_a_failed_job_clears_its_line():
         written = _read_all(controller).decode()
     os.close(controller)
     assert written == "\rgemm a: 1/2 fp64/nn/m1_n16_k16 warm, 1 s left\x1b[K\r\x1b[K"
+
+
+def test_cases_of_unknown_work_promise_nothing_until_one_is_timed():
+    # a user's kernels: their work is known only once built, so the plan is of unknown cost
+    clock, log = FakeClock(), io.StringIO()
+    progress = Progress("workload chase", stream=log, terminal=None, clock=clock)
+    progress.plan([0.001] * 4, guessed=True)
+    progress.start("case 0 warm", 0.001)
+    assert progress.line() == "workload chase: 1/4 case 0 warm"  # no ETA: nothing timed yet
+    clock.advance(3.0)  # the first took longer: it compiled the kernel
+    for index in range(1, 4):  # then its call was timed: each planned at 2 s
+        progress.start(f"case {index} warm", 2.0, 2.0 * (3 - index))
+        clock.advance(2.0)
+    progress.close()
+    # the first ETA came with the second item: 3 s in, 6 s left
+    assert log.getvalue().splitlines()[-1] == (
+        "[workload chase] done: 4 of 4 in 9 s (planned 9 s; first estimate 9 s)"
+    )

@@ -198,29 +198,28 @@ class Progress:
         self.planned_current = 0.0
         self.promised = 0.0  # seconds: each item's plan as it began, the ETA's rate applied
         self.first_estimate: float | None = None
+        self.guessed = False
         self.started = self.item_started = clock()
         self.last_log = -math.inf
         self.closed = False
 
-    def plan(self, planned: Sequence[float], seconds_per_unit: float | None = 1.0) -> None:
+    def plan(
+        self, planned: Sequence[float], seconds_per_unit: float | None = 1.0, guessed=False
+    ) -> None:
         """The items to come, each in planned seconds (`seconds_per_unit` 1.0) or in work units
-        of a cost not known beforehand (None: the ETA waits for the first finished item)."""
+        of a cost not known beforehand (None: the ETA waits for the first finished item).
+        `guessed`: seconds from priors alone (a user's kernels, whose work is known only once
+        built), planned again as items finish (`start`'s `planned_after`), shown from then."""
         self.items = len(planned)
         self.eta = Eta(float(sum(planned)), seconds_per_unit)
+        self.guessed = guessed
         self.started = self.item_started = self.clock()
         self.last_log = -math.inf  # the first item's line, with the plan's ETA, is logged
-        self.first_estimate = self.eta.left()
         self._planned()
 
     def adjust(self, planned_before: float, planned_now: float) -> None:
         """An item still to come planned again (from a roof measured since)."""
         self.eta.total += planned_now - planned_before
-        self._planned()
-
-    def replan(self, planned_after_current: float) -> None:
-        """The planned seconds of the items after the current one, made again from what the job
-        has learnt (a case's call timed, its operands' size)."""
-        self.eta.total = self.eta.planned_done + self.planned_current + planned_after_current
         self._planned()
 
     def drop(self, planned: Sequence[float]) -> None:
@@ -240,14 +239,23 @@ class Progress:
             seconds = self.eta.total * self.eta.prior if self.eta.prior else None
             self.on_plan(seconds, self.items)
 
-    def start(self, name: str, planned: float = 1.0) -> None:
-        """The next item begins (the one before it is done)."""
+    def start(self, name: str, planned: float = 1.0, planned_after: float | None = None) -> None:
+        """The next item begins (the one before it is done); `planned_after`: the items after it
+        planned again from what the job has learnt (a case's call timed, its operands' size)."""
         now = self.clock()
         self._finish(now)
         self.index += 1
         self.name, self.detail, self.planned_current, self.item_started = name, "", planned, now
-        if (rate := self.eta.seconds_per_unit()) is not None:
-            self.promised += rate * planned
+        if planned_after is not None:
+            self.eta.total = self.eta.planned_done + planned + planned_after
+            self._planned()
+        rate = self.eta.seconds_per_unit()
+        # an item begun without an estimate (nothing done yet of a plan of unknown cost, or of a
+        # guessed one): its plan was the time it takes
+        blind = rate is None or (self.guessed and self.eta.items_done == 0)
+        self.promised += math.nan if blind else rate * planned
+        if self.first_estimate is None and (left := self.left(now)) is not None:
+            self.first_estimate = now - self.started + left  # what its first ETA promised
         self._report(now)
 
     def update(self, detail: str) -> None:
@@ -267,7 +275,7 @@ class Progress:
         self._finish(now)
         took = duration(now - self.started)
         against = ""
-        if self.eta.prior and self.index:
+        if self.index and not math.isnan(self.promised) and self.eta.total > 0:
             first = self.first_estimate
             said = f"; first estimate {duration(first)}" if first is not None else ""
             against = f" (planned {duration(self.promised)}{said})"
@@ -286,6 +294,8 @@ class Progress:
             self.terminal.end()
 
     def left(self, now: float | None = None) -> float | None:
+        if self.guessed and self.eta.items_done == 0:
+            return None
         now = self.clock() if now is None else now
         if self.index == 0:
             return self.eta.left()
@@ -305,6 +315,8 @@ class Progress:
 
     def _finish(self, now: float) -> None:
         if self.index:
+            if math.isnan(self.promised):  # the item begun without an estimate
+                self.promised = now - self.started
             self.eta.finished(self.planned_current, now - self.item_started)
             self.planned_current = 0.0
             self.item_started = now

@@ -261,8 +261,8 @@ def planned_point_s(settings: CeilingSettings) -> float:
 
 
 # A sweep point's own cost past its windows: allocating and first touching its working set, and
-# each window at least one pass over it (a 4 GB point took about 4 s on a 2-vCPU VM).
-PLANNED_S_PER_BYTE = 1e-9
+# each window at least one pass over it (a 280 MB point took 1.2 to 1.4 s on a 2-vCPU VM).
+PLANNED_S_PER_BYTE = 3.5e-9
 
 
 def planned_sweep_point_s(settings: CeilingSettings, working_set: int) -> float:

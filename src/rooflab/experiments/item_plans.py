@@ -6,7 +6,7 @@ samples: the sampling floor in time, or the floor of samples where each sample (
 clock and disturbance readings around it, a cold sample's eviction) takes longer. So the plan
 needs the case's call time: measured once the case has been timed in one state; before that, its
 work (F) at the rate of the timed case of the nearest arithmetic intensity (cases of similar
-intensity run near one roof), else the rate of the last timed case, else a prior. A cold
+intensity run near one roof), else its bound at prior rates, else the last timed case's call. A cold
 sample's eviction is planned per byte of the case's operands, at the rate learnt from the cold
 samples so far. The ETA then corrects what is left of the plan by the measured/planned ratio of
 the items done (progress.Eta).
@@ -26,6 +26,7 @@ from rooflab.vocabulary import CacheState
 # cores' GEMM on a CPU; the ETA's measured ratio corrects a GPU's within a few items).
 PRIOR_CALL_S = 1e-3
 PRIOR_FLOP_PER_S = 5e10
+PRIOR_BYTES_PER_S = 1e10
 SAMPLE_OVERHEAD_S = 5e-4  # a sample's clock probe and disturbance readings (CPU, /proc)
 PRIOR_EVICT_S_PER_BYTE = 1e-9  # a cold sample's eviction of its operands, line by line
 
@@ -46,6 +47,7 @@ class CallTimes:
     operands' bytes and intensity once built, its median call once timed."""
 
     work: dict[str, float] = field(default_factory=dict)  # config_id -> F
+    traffic: dict[str, float] = field(default_factory=dict)  # config_id -> Q (model)
     intensity: dict[str, float] = field(default_factory=dict)  # config_id -> F / Q (model)
     operand_bytes: dict[str, float] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)  # config_id -> median call s
@@ -57,6 +59,7 @@ class CallTimes:
         if flops:
             self.work[config_id] = float(flops)
             if model_bytes:
+                self.traffic[config_id] = float(model_bytes)
                 self.intensity[config_id] = float(flops) / float(model_bytes)
         self.operand_bytes[config_id] = float(sum(getattr(a, "nbytes", 0) for a in arrays))
 
@@ -76,9 +79,12 @@ class CallTimes:
     def call_s(self, config_id: str) -> float:
         if config_id in self.measured:
             return self.measured[config_id]
-        rate = self._rate_near(self.intensity.get(config_id))
         if config_id in self.work:
-            return self.work[config_id] / rate
+            rate = self._rate_near(self.intensity.get(config_id))
+            if rate is not None:
+                return self.work[config_id] / rate
+            compute_s = self.work[config_id] / PRIOR_FLOP_PER_S
+            return max(compute_s, self.traffic.get(config_id, 0.0) / PRIOR_BYTES_PER_S)
         if self.last_measured is not None:
             return self.measured[self.last_measured]
         return PRIOR_CALL_S
@@ -91,11 +97,11 @@ class CallTimes:
         evict = self.evict_s(config_id) if cache_state == CacheState.COLD else 0.0
         return planned_timing_s(timing, self.call_s(config_id), evict)
 
-    def _rate_near(self, intensity: float | None) -> float:
-        """FLOP/s of the timed case of the nearest intensity (or the last timed, or the prior)."""
+    def _rate_near(self, intensity: float | None) -> float | None:
+        """FLOP/s of the timed case of the nearest intensity (or the last timed; None: none)."""
         timed = [c for c in self.measured if c in self.work]
         if not timed:
-            return PRIOR_FLOP_PER_S
+            return None
         near = timed[-1] if self.last_measured not in timed else self.last_measured
         if intensity is not None:
             known = [c for c in timed if c in self.intensity]

@@ -25,10 +25,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rooflab.backends.base import Backend
 from rooflab.config import stages_from_config
+from rooflab.experiments.item_plans import planned_timing_s
 from rooflab.experiments.runs import MeasuringRun, measuring_run
 from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, sample_rows
 from rooflab.model import Stage, stage_bounds
@@ -235,9 +236,14 @@ def _measure(run: MeasuringRun, spec, timing, stages, lanes, ceilings) -> None:
         run.backend, run.name, run.progress, run.run_id, run.tables
     )  # fmt: skip
     peak, bandwidth, ceilings_run_id = ceilings
-    planned = timing.warmup_s + timing.min_time_s
-    progress.plan([planned] * (len(stages) + len(SCHEDULES)))
     bounds = stage_bounds([s.stage for s in stages], peak, bandwidth)
+    # planned at the bounds (a call of each stage alone; serial: all of them in turn;
+    # overlapped: the longer of the critical path and the aggregate bound), in one round
+    one_round = replace(timing, rounds=1)
+    alone_s = [r.bound.bound_s for r in bounds.stages]
+    calls = [*alone_s, sum(alone_s), max(bounds.critical_path_s, bounds.aggregate_s)]
+    planned = [planned_timing_s(one_round, call_s) for call_s in calls]
+    progress.plan(planned)
     index = {s.stage.name: lane for lane, s in enumerate(stages)}
     order = [index[result.name] for result in _dependency_order(bounds)]
 
@@ -263,7 +269,7 @@ def _measure(run: MeasuringRun, spec, timing, stages, lanes, ceilings) -> None:
     total_flops = sum(s.stage.flops for s in stages)
     for lane, (sized, result) in enumerate(zip(stages, bounds.stages, strict=True)):
         config_id = f"stages/{name}/{sized.stage.name}"
-        progress.start(f"{sized.stage.name} alone", planned)
+        progress.start(f"{sized.stage.name} alone", planned[lane])
         measured = measure(
             alone(lane), backend, timing, CacheState.WARM, progress, config_id, timer
         )
@@ -291,12 +297,12 @@ def _measure(run: MeasuringRun, spec, timing, stages, lanes, ceilings) -> None:
                 **measured.verdict.columns(),
             }
         )
-    for schedule, call, bound_s, kind in (
+    for index, (schedule, call, bound_s, kind) in enumerate((
         ("serial", serial, bounds.critical_path_s, "critical_path"),
         ("overlapped", overlapped, bounds.aggregate_s, "aggregate"),
-    ):
+    )):  # fmt: skip
         config_id = f"stages/{name}/{schedule}"
-        progress.start(schedule, planned)
+        progress.start(schedule, planned[len(stages) + index])
         measured = measure(call, backend, timing, CacheState.WARM, progress, config_id, timer)
         tables["samples"] += sample_rows(
             run_id, config_id, CacheState.WARM, measured.samples, total_flops, "FLOP"

@@ -70,12 +70,13 @@ class _Cases:
                 self.calls.built(case.config_id, {"flops": flops, "bytes_model": model_bytes}, ())
         self.to_come = [(c.config_id, s) for _ in range(rounds) for c in cases
                         for s in self.cache_states]  # fmt: skip
-        self.run.progress.plan([self.calls.planned_s(c, s, self.timing) for c, s in self.to_come])
+        # cases whose work is unknown until built (a user's kernels): no ETA before one is timed
+        planned = [self.calls.planned_s(c, s, self.timing) for c, s in self.to_come]
+        self.run.progress.plan(planned, guessed=not self.calls.work)
 
-    def replan(self) -> None:
-        """The timings still to come planned again from what the run has learnt."""
-        planned = sum(self.calls.planned_s(c, s, self.timing) for c, s in self.to_come)
-        self.run.progress.replan(planned)
+    def planned_to_come(self) -> float:
+        """The timings still to come, planned again from what the run has learnt."""
+        return sum(self.calls.planned_s(c, s, self.timing) for c, s in self.to_come)
 
     def drop(self, config_id: str) -> None:
         """A case that failed its check: its timings still to come are not run."""
@@ -122,8 +123,7 @@ class _Cases:
             rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
             self.to_come.remove((case.config_id, cache_state))
             planned = self.calls.planned_s(case.config_id, cache_state, timing)
-            progress.start(f"{case.label} {cache_state}{rounds}", planned)
-            self.replan()  # with what the case's build and the items before it told
+            progress.start(f"{case.label} {cache_state}{rounds}", planned, self.planned_to_come())
             started = time.perf_counter()
             with step_limit(max_call_s, f"{case.what} {cache_state}"):
                 point.time_round(
