@@ -5,19 +5,23 @@
 Runs the same GEMM sweep (the default campaign's fp32 and fp64 weight reuse, M = 1 to 1024 at
 N = K = 1024, warm and cold, with the default campaign's timing) `--runs` times in a row on a
 quiet machine, each run ingested into a fresh store, and compares every run with the one before
-it at the default settings (`rooflab.store.comparisons.compare_runs`): every `slower` or `faster`
-of the samples (`samples_verdict`, also where the verdict is inconclusive) among these identical
-reruns is a false alarm. The pairs whose candidate has three earlier runs
+it at the default settings (`rooflab.store.comparisons.compare_runs`): every `slower` or
+`faster` of the samples (`samples_verdict`, also where the verdict is inconclusive) among these
+identical reruns is a false alarm. The pairs whose candidate has three earlier runs
 (`rooflab.comparison.MIN_HISTORY`: the key's run-to-run spread is known and raises the effect a
-verdict needs) are counted apart from the first pairs, whose verdicts are provisional (a `slower`
-there is inconclusive: `rooflab compare --fail-on regression` does not fail on it). Then one more
-run with as many busy-loop processes as the machine has CPUs spinning through it (a neighbour
-taking the machine), compared with the last quiet run: each point it made slower by more than
-the minimum effect should read `slower` or be flagged `disturbed` (conditions_changed says so).
+verdict needs) are counted apart from the first pairs, whose verdicts are provisional (a
+`slower` there is inconclusive: `rooflab compare --fail-on regression` does not fail on it). A
+`same` or `inconclusive` of the samples is no alarm; an inconclusive one (an interval that
+holds both no change and the effect) makes `--fail-on regression` exit 3, and each pair
+of runs says what it would exit with. Then one more run with as many busy-loop processes as the
+machine has CPUs spinning through it (a neighbour taking the machine), compared with the last
+quiet run: each point it made slower by more than the minimum effect should read `slower` or be
+flagged `disturbed` (conditions_changed says so).
 
-Prints the verdicts per pair, the false-alarm rates and what the loaded run got. Run it with
-nothing else running: the quiet runs must be quiet. Exit status 1 when a quiet pair with a known
-spread read `slower` (what --fail-on regression would fail on).
+Prints the verdicts per pair, the false-alarm rates, the inconclusive verdicts of the samples
+and what the loaded run got. Run it with nothing else running: the quiet runs must be quiet.
+Exit status 1 when a quiet pair with a known spread read `slower` (what --fail-on regression
+would fail on).
 """
 
 from __future__ import annotations
@@ -89,6 +93,14 @@ def verdicts(db: Path, baseline: str, candidate: str, min_effect: float) -> list
         connection.close()
 
 
+def fail_on_regression(rows: list[dict]) -> int:
+    """What `rooflab compare --fail-on regression` exits with on these pairs (cli/compare.py):
+    1 on a confirmed `slower`, else 3 on an inconclusive one, else 0."""
+    if any(r["verdict"] == "slower" for r in rows):
+        return 1
+    return 3 if any(r["verdict"] == "inconclusive" for r in rows) else 0
+
+
 def _line(row: dict) -> str:
     nan = float("nan")
     return (
@@ -124,7 +136,13 @@ def main() -> int:
         tally: collections.Counter = collections.Counter()
         first: collections.Counter = collections.Counter()
         alarms_here: list[dict] = []
-        print("\npair                                              slower faster same incomparable")
+        unsure_here: list[dict] = []
+        exits: dict[str, collections.Counter] = {"history": collections.Counter()}
+        exits["first"] = collections.Counter()
+        print(
+            "\npair                                              slower faster same incomparable "
+            "inconclusive exit"
+        )
         for baseline, candidate in itertools.pairwise(runs):
             rows = verdicts(db, baseline, candidate, args.min_effect)
             counts = collections.Counter(r["samples_verdict"] for r in rows)
@@ -132,9 +150,13 @@ def main() -> int:
             assert all(r["provisional"] == (earlier < MIN_HISTORY) for r in rows), "provisional"
             (tally if earlier >= MIN_HISTORY else first).update(counts)
             alarms_here.extend(r for r in rows if r["samples_verdict"] in ("slower", "faster"))
+            unsure_here.extend(r for r in rows if r["samples_verdict"] == "inconclusive")
+            status = fail_on_regression(rows)
+            exits["history" if earlier >= MIN_HISTORY else "first"][status] += 1
             print(
                 f"{baseline} → {candidate[-8:]}  {counts['slower']:6} {counts['faster']:6} "
-                f"{counts['same']:4} {counts['incomparable']:12}"
+                f"{counts['same']:4} {counts['incomparable']:12} {counts['inconclusive']:12} "
+                f"{status:4}"
             )
         for label, counts in (
             (f"with >= {MIN_HISTORY} earlier runs", tally),
@@ -144,7 +166,14 @@ def main() -> int:
             alarms = counts["slower"] + counts["faster"]
             print(
                 f"quiet pairs {label}: {pairs} comparisons; slower {counts['slower']}, faster "
-                f"{counts['faster']}: false-alarm rate {alarms / max(pairs, 1):.2%}"
+                f"{counts['faster']}: false-alarm rate {alarms / max(pairs, 1):.2%}; same "
+                f"{counts['same']}, inconclusive by the samples {counts['inconclusive']} "
+                f"({counts['inconclusive'] / max(pairs, 1):.2%})"
+            )
+        for label, statuses in exits.items():
+            print(
+                f"--fail-on regression on the pairs of runs ({label}): "
+                + (", ".join(f"exit {code} {n}x" for code, n in sorted(statuses.items())) or "none")
             )
         print(
             f"({args.runs} quiet runs of {len(rows)} points in {quiet_s:.0f} s, minimum effect "
@@ -152,6 +181,8 @@ def main() -> int:
         )
         for row in alarms_here:
             print(f"  alarm: {_line(row)}")
+        for row in unsure_here:
+            print(f"  inconclusive: {_line(row)} {row['note']}")
         cpus = len(os.sched_getaffinity(0))
         with busy_loops(cpus):
             loaded = one_run(backend, results, db, sweep, timing)

@@ -19,7 +19,7 @@ from rooflab.comparison import (
     compare_summaries,
     within_run_effect,
 )
-from rooflab.store.comparisons import _changed, compare_runs
+from rooflab.store.comparisons import _changed, compare_runs, refresh_comparisons
 from tests.conftest import run_rooflab
 
 FAST = {
@@ -55,6 +55,49 @@ def test_the_verdict_needs_the_whole_interval_beyond_the_minimum_effect(factor, 
     assert compared.ratio == pytest.approx(factor, rel=0.02)
     if factor == 1.02:  # significant, yet under the 5 % minimum effect
         assert compared.p_value < 0.05
+
+
+def _two_modes(rng, fast: int, slow: int) -> np.ndarray:
+    """A cold point's calls in two modes, 0.3 and 0.6 ms: `fast` and `slow` of them."""
+    return np.concatenate(
+        [rng.lognormal(np.log(0.3e-3), 0.03, fast), rng.lognormal(np.log(0.6e-3), 0.03, slow)]
+    )
+
+
+def test_an_interval_holding_both_no_change_and_the_effect_is_inconclusive():
+    """Issue 44: a cold point read `same` at a ratio of 1.59, interval 0.99-2.04. Here 15 calls a
+    side, the candidate's more often in the slow mode: the interval holds both 1 and 1.59, so
+    the samples cannot tell whether it changed."""
+    rng = np.random.default_rng(0)
+    wide = compare_samples(_two_modes(rng, 9, 6), _two_modes(rng, 6, 9))
+    assert wide.ci_low < 1 < 1.59 < wide.ci_high and wide.effect == 0.05
+    assert wide.verdict == "inconclusive"
+    assert wide.note == (
+        f"interval {wide.ci_low:.4g}-{wide.ci_high:.4g} holds both no change (1) and the effect "
+        "(1.05): the samples cannot tell whether it changed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("factor", "verdict"),
+    [
+        (1.0, "same"),  # narrow, around 1: within 1/1.05..1.05
+        (1.2, "slower"),  # wholly above 1.05
+        (1 / 1.2, "faster"),
+        (1.05, "same"),  # on one side of 1, straddling the effect: not placed beyond it
+        (1 / 1.05, "same"),
+    ],
+)
+def test_only_an_interval_holding_no_change_and_the_effect_is_inconclusive(factor, verdict):
+    rng = np.random.default_rng(7)
+    base = rng.lognormal(np.log(1e-3), 0.03, 400)
+    compared = compare_samples(base, rng.lognormal(np.log(1e-3 * factor), 0.03, 400))
+    assert compared.verdict == verdict
+    assert compared.note is None
+    if factor in (1.05, 1 / 1.05):  # the case: the interval excludes 1 and holds the effect
+        assert not compared.ci_low <= 1 <= compared.ci_high
+        edges = (1 + compared.effect, 1 / (1 + compared.effect))
+        assert any(compared.ci_low < edge < compared.ci_high for edge in edges)
 
 
 def test_too_few_samples_or_only_summaries():
@@ -324,6 +367,38 @@ def test_a_disturbed_side_or_a_busy_machine_is_inconclusive_and_a_changed_accura
     )
     assert result.returncode == 0
     assert "accuracy changed: nap/fp32/default warm (same): max_relative_error" in result.stderr
+
+
+def test_a_wide_interval_is_inconclusive_exits_3_and_says_why(store, tmp_path):
+    """Issue 44: the store's last pair (2 ms then 3 ms, the key's spread known: `slower`) with the
+    candidate's calls spread over 1, 2 and 6 ms: its interval holds both no change and the
+    effect. The samples cannot tell, so `samples_verdict` is inconclusive too; --fail-on exits 3
+    (not 1: nothing is confirmed slower; not 0), and the note, stderr and `says` say why."""
+    db = tmp_path / "wide.duckdb"
+    shutil.copy(store["db"], db)
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "UPDATE samples SET seconds = CASE sample_idx % 5 WHEN 0 THEN 0.001 WHEN 1 THEN 0.001 "
+            "WHEN 2 THEN 0.002 ELSE 0.006 END WHERE run_id = ?",
+            [store["runs"][-1]],
+        )
+        refresh_comparisons(con)
+        (says,) = con.execute("SELECT says FROM comparisons").fetchone()
+    result, (pair,) = _compare({"db": db}, "--fail-on", "regression")
+    assert result.returncode == 3, result.stderr
+    assert (pair["verdict"], pair["samples_verdict"], pair["provisional"]) == (
+        "inconclusive",
+        "inconclusive",
+        False,
+    )
+    assert pair["ci_low"] < 1 < 1 + pair["effect"] <= pair["ci_high"]
+    assert pair["note"].endswith("the samples cannot tell whether it changed")
+    assert f"inconclusive: nap/fp32/default warm: {pair['note']}\n" in result.stderr
+    assert "0 slower" in result.stderr and "1 inconclusive" in result.stderr
+    assert "regression:" not in result.stderr and "(exit 3)" in result.stderr
+    assert says.startswith(f"inconclusive ({pair['note']})")
+    assert _compare({"db": db}, "--fail-on", "any-slower")[0].returncode == 3
+    assert _compare({"db": db})[0].returncode == 0
 
 
 def test_the_table_fits_100_columns_and_gives_both_ratios(store, young):

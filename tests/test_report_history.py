@@ -327,6 +327,25 @@ def test_changes_say_when_nothing_moved_or_nothing_was_compared():
     assert "0 slower, 0 faster, 1 same, 1 incomparable" in said
 
 
+def test_changes_count_the_keys_whose_samples_cannot_tell():
+    """Issue 44: an interval that holds both no change and the effect is inconclusive by
+    the samples themselves; the report counts those and says what that means."""
+    import pandas as pd
+
+    unsure = pd.DataFrame(
+        {
+            "key": ["a warm", "b cold"],
+            "verdict": ["inconclusive", "same"],
+            "samples_verdict": ["inconclusive", "same"],
+            "provisional": False,
+        }
+    )
+    said = changes_html(unsure)
+    assert "0 slower, 0 faster, 1 same, 0 incomparable, 1 inconclusive" in said
+    assert "1 inconclusive by their samples: the interval of the ratio holds both" in said
+    assert "No measurement got slower or faster" in said
+
+
 def test_machines_side_by_side_share_their_axes_and_list_ceilings_by_machine(stores):
     report, db = stores["report"], stores["db"]
     assert report.charts[0] == "machines"

@@ -9,8 +9,13 @@ quantiles), and the Mann-Whitney U test's p-value (scipy). The verdict:
 
 - `slower`: the whole interval lies at or above 1 + effect;
 - `faster`: the whole interval lies at or below 1 / (1 + effect);
-- `same`: anything else: noise alone, a change smaller than the effect, or one the samples
-  cannot place beyond it.
+- `inconclusive`: the interval holds both 1 (no change) and the effect (1 + effect or
+  1 / (1 + effect)): the samples cannot tell whether anything changed; `note` says so, with the
+  interval;
+- `same`: anything else: noise alone, a change smaller than the effect, or one on one side of 1
+  that the samples cannot place beyond the effect (counting those as `inconclusive` too made
+  `--fail-on` exit 3 in half of this project's identical reruns of a 44-point sweep);
+- `incomparable`: too few samples on a side to say anything.
 
 The effect is `min_effect`, or more where runs differ more without cause: the key's own earlier
 runs (`run_to_run_effect`: a 99 % prediction bound of the difference of two runs from the spread
@@ -21,7 +26,6 @@ runs (`across_keys_effect`: a 99 % bound from how widely their ratios spread, wi
 more). A run's samples vary less than
 runs do (a rerun lands on other pages, another clock, other neighbours on a shared host), so the
 samples alone cannot say what a rerun would show.
-- `incomparable`: too few samples on a side to say anything.
 
 A verdict is `provisional` while the key has fewer than MIN_HISTORY earlier runs: its run-to-run
 spread is then unknown, and a slow spell of the machine that lasts a whole run (both its rounds,
@@ -30,7 +34,7 @@ every key of a kind) cannot be told from a change. As conbench flags nothing wit
 
 Where a run's raw samples were pruned (`rooflab store prune`), `compare_summaries` judges from
 the medians and quartiles alone: a change counts only beyond both the minimum effect and the
-larger of the two runs' IQR / median (method `summary`, no interval).
+larger of the two runs' IQR / median (method `summary`, no interval, so never `inconclusive`).
 """
 
 from __future__ import annotations
@@ -47,8 +51,9 @@ MIN_HISTORY = 3  # earlier runs of a key from which its run-to-run spread is est
 RUN_CONFIDENCE = 0.99  # of the run-to-run bounds
 MIN_KEYS = 8  # keys of one pair of runs from which their spread across keys is estimated
 MAX_SAMPLES = 2000  # per side: evenly thinned above it (the pairwise differences grow as n·m)
-# `inconclusive`: a verdict of the samples that is no judgement (store.comparisons: a side
-# disturbed or on a busy machine, or slower but provisional)
+# `inconclusive`: the samples' interval holds both no change and the effect; or
+# (store.comparisons) a verdict of the samples that is no judgement: a side disturbed or on a
+# busy machine, or slower but provisional
 VERDICTS = ("faster", "slower", "same", "incomparable", "inconclusive")
 
 
@@ -62,7 +67,7 @@ class Compared:
     p_value: float | None
     verdict: str
     method: str  # samples, summary
-    note: str | None = None  # why incomparable
+    note: str | None = None  # why incomparable or inconclusive
     effect: float | None = None  # the change a verdict needed: min_effect or the runs' spread
     provisional: bool = False  # no run-to-run spread known yet: fewer than MIN_HISTORY runs
 
@@ -73,12 +78,22 @@ def _thinned(values: np.ndarray) -> np.ndarray:
     return np.sort(values)[np.linspace(0, values.size - 1, MAX_SAMPLES).round().astype(int)]
 
 
-def _verdict(low: float, high: float, min_effect: float) -> str:
-    if low >= 1 + min_effect:
-        return "slower"
-    if high <= 1 / (1 + min_effect):
-        return "faster"
-    return "same"
+def _verdict(low: float, high: float, effect: float) -> tuple[str, str | None]:
+    """The verdict of the interval `low`..`high` of a ratio against the effect, and why where it
+    is inconclusive."""
+    bound = 1 + effect
+    if low >= bound:
+        return "slower", None
+    if high <= 1 / bound:
+        return "faster", None
+    if not low <= 1 <= high or (1 / bound < low and high < bound):
+        return "same", None
+    edges = ((1 / bound, low <= 1 / bound), (bound, high >= bound))
+    reached = " and ".join(f"{edge:.4g}" for edge, hit in edges if hit)
+    return "inconclusive", (
+        f"interval {low:.4g}-{high:.4g} holds both no change (1) and the effect ({reached}): the "
+        "samples cannot tell whether it changed"
+    )
 
 
 def run_to_run_effect(history, confidence: float = RUN_CONFIDENCE) -> float | None:
@@ -177,9 +192,9 @@ def compare_samples(
     low, high = math.exp(differences[k]), math.exp(differences[differences.size - 1 - k])
     p_value = float(stats.mannwhitneyu(c, b, alternative="two-sided").pvalue)
     effect = max(min_effect, spread or 0.0)
-    verdict = _verdict(low, high, effect)
+    verdict, why = _verdict(low, high, effect)
     return Compared(
-        *medians, ratio, low, high, p_value, verdict, "samples", None, effect, provisional
+        *medians, ratio, low, high, p_value, verdict, "samples", why, effect, provisional
     )
 
 

@@ -1,8 +1,9 @@
 """`rooflab compare`: two runs of each point and ceiling, judged beyond noise, with what changed
 between them (docs/compare.md). With --fail-on regression: exit 1 when anything got slower beyond
-its known run-to-run spread, else 3 when some pair is inconclusive (a side disturbed or on a busy
-machine, a slower verdict still provisional), else 0; with --fail-on any-slower, exit 1 on every
-slower verdict of the samples, provisional or not."""
+its known run-to-run spread, else 3 when some pair is inconclusive (an interval that holds both no
+change and the effect, a side disturbed or on a busy machine, a slower verdict still
+provisional), else 0; with --fail-on any-slower, exit 1 on every slower verdict of the samples,
+provisional or not."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rooflab.cli.output import UsageError, print_rows
 JSON_COLUMNS = ("key", "kind", "name", "machine_id", "backend", "baseline_run_id")
 JSON_COLUMNS += ("candidate_run_id", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high")
 JSON_COLUMNS += ("p_value", "verdict", "provisional", "method", "conditions_changed", "note")
-JSON_COLUMNS += ("samples_verdict", "accuracy_changed", "median_ratio")
+JSON_COLUMNS += ("samples_verdict", "accuracy_changed", "median_ratio", "effect")
 INCONCLUSIVE = 3  # the exit status of --fail-on when no regression is confirmed but one could hide
 FAIL_ON = ("regression", "any-slower")
 
@@ -81,6 +82,8 @@ def cmd_compare(args) -> int:
     for row in rows:
         if row["verdict"] == "inconclusive":
             said = f"{row['key']}: {row['samples_verdict']} by its samples, but {row['note']}"
+            if row["samples_verdict"] == "inconclusive":  # the note says why, interval and all
+                said = f"{row['key']}: {row['note']}"
             print(f"rooflab: inconclusive: {said}", file=sys.stderr)
         if row["accuracy_changed"] and row["verdict"] != "incomparable":
             said = f"{row['key']} ({row['verdict']}): {row['accuracy_changed']}"
@@ -95,7 +98,8 @@ def cmd_compare(args) -> int:
     if args.fail_on and counts["inconclusive"]:
         print(
             f"rooflab: no regression confirmed, but {counts['inconclusive']} pair(s) inconclusive "
-            f"(exit {INCONCLUSIVE}): rerun them on a quiet machine",
+            f"(exit {INCONCLUSIVE}): rerun them on a quiet machine, and with a longer "
+            "timing.max_time_s where an interval is wide",
             file=sys.stderr,
         )
         return INCONCLUSIVE

@@ -305,6 +305,14 @@ def changes_html(comparisons: pd.DataFrame) -> str:
         f"<p class='comparisons'>Newest run of each measurement against the one before it "
         f"({len(comparisons)} compared): {html.escape(tally)}.</p>"
     )
+    unsure = int((comparisons.moved == "inconclusive").sum())
+    if unsure:
+        said += (
+            f"<p class='comparisons'>{unsure} inconclusive by their samples: the interval of the "
+            "ratio holds both no change and the change a verdict needs, so the samples "
+            "cannot tell whether the measurement changed by that much (view comparisons, column "
+            "note).</p>"
+        )
     moved = comparisons[comparisons.moved.isin(MOVED)]
     provisional = int(moved.provisional.fillna(False).astype(bool).sum())
     if provisional:

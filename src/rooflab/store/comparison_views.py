@@ -77,16 +77,18 @@ COMPARISON_VIEWS_SQL = {
     # samples: Mann-Whitney and a Hodges-Lehmann interval for the ratio of medians, and a minimum
     # effect): `baseline_s`, `candidate_s` (a ceiling: the time of the baseline's amount of work
     # at each run's rate), `ratio` (candidate / baseline: above 1 is slower), `ci_low`..`ci_high`,
-    # `p_value`, `verdict` (faster, slower, same, incomparable, inconclusive: a side disturbed or
-    # on a busy machine, or slower but provisional; `samples_verdict` the samples' own, `note`
-    # why), `method` (samples, or summary where a run's samples were pruned), `provisional` (the
-    # key's run-to-run spread not known yet), `conditions_changed` (what differs between the
-    # runs), `accuracy_changed` (a correctness error that moved beyond its tolerance's noise),
-    # and `says`.
+    # `p_value`, `verdict` (faster, slower, same, incomparable, inconclusive: the interval holds
+    # both no change and the effect, a side disturbed or on a busy machine, or slower but
+    # provisional; `samples_verdict` the samples' own, `note` why), `method` (samples, or
+    # summary where a run's samples were pruned), `provisional` (the key's run-to-run spread not
+    # known yet), `conditions_changed` (what differs between the runs), `accuracy_changed` (a
+    # correctness error that moved beyond its tolerance's noise), and `says`.
     "comparisons": """
         SELECT c.*,
                c.verdict
-               || CASE WHEN c.verdict = 'inconclusive'
+               || CASE WHEN c.samples_verdict = 'inconclusive'
+                       THEN ' (' || coalesce(c.note, '') || ')'
+                       WHEN c.verdict = 'inconclusive'
                        THEN ' (' || coalesce(c.samples_verdict, '?') || ' by its samples: '
                             || coalesce(c.note, '') || ')' ELSE '' END
                || CASE WHEN coalesce(c.samples_verdict, c.verdict) IN ('faster', 'slower')

@@ -53,7 +53,8 @@ COLUMNS = (
     ("provisional", "BOOLEAN"),
     ("conditions_changed", "VARCHAR"),
     ("note", "VARCHAR"),
-    # the samples' own verdict where `verdict` is `inconclusive` (else the same)
+    # the samples' own verdict where `verdict` is `inconclusive` (else the same); `inconclusive`
+    # itself where their interval holds both no change and the effect
     ("samples_verdict", "VARCHAR"),
     # a correctness error that moved beyond its tolerance's noise, metric by metric
     ("accuracy_changed", "VARCHAR"),
@@ -303,7 +304,8 @@ def compare_runs(
         samples_verdict = compared.verdict
         sides_runs = (runs[pair["baseline"]], runs[pair["candidate"]])
         if why := _cannot_judge(compared, base_row, cand_row, sides_runs):
-            compared = dataclasses.replace(compared, verdict="inconclusive", note="; ".join(why))
+            note = "; ".join(filter(None, [compared.note, *why]))  # the samples' own reason first
+            compared = dataclasses.replace(compared, verdict="inconclusive", note=note)
         checks = [accuracy.get((pair[side], pair["config_id"]), {}) for side in SIDES]
         out.append(
             {
