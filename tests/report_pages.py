@@ -52,7 +52,8 @@ def layers_of(spec: dict) -> list[dict]:
 
 
 def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
-    """Each roof label of a Roofline spec: (text, `inside((px, py))`, the chart's pixel mapping,
+    """Each label of a Roofline spec (a roof's, or a point's name): (text, `inside((px, py))`,
+    the chart's pixel mapping,
     points inside its box) for its text box on the chart's pixels: `char_px` per character, 11 px
     high, placed by its text mark's align, dx, dy and angle (Vega turns the text about its
     anchor, then offsets it by dx and dy)."""
@@ -79,9 +80,13 @@ def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
         for row in spec["datasets"][layer["data"]["name"]]:
             ax, ay = to_px(row["x"], row["y"])
             theta = math.radians(mark.get("angle", 0))
-            length = len(row["ceiling"]) * char_px
+            text = row.get("ceiling") or row["label"]  # a roof's label, or a point's name
+            length = len(text) * char_px
             dx, dy = mark.get("dx", 0), mark.get("dy", 0)
-            u_lo, u_hi = (dx, dx + length) if mark.get("align") == "left" else (dx - length, dx)
+            u_lo, u_hi = {
+                "left": (dx, dx + length),
+                "center": (dx - length / 2, dx + length / 2),
+            }.get(mark.get("align"), (dx - length, dx))
 
             def inside(p, ax=ax, ay=ay, theta=theta, u=(u_lo, u_hi), dy=dy):
                 px, py = p[0] - ax, p[1] - ay
@@ -97,7 +102,7 @@ def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
                 for u in range(int(u_lo), int(u_hi) + 1, 2)
                 for v in range(int(dy - 5), int(dy + 6), 2)
             ]
-            boxes.append((row["ceiling"], inside, to_px, samples))
+            boxes.append((text, inside, to_px, samples))
     return boxes
 
 
@@ -344,3 +349,74 @@ def tables_of(page: str, css_class: str) -> list[list[list[str]]]:
     parser = _Tables(css_class)
     parser.feed(page)
     return parser.tables
+
+
+# -- the Roofline of an AVX-512 CPU with two paths per dtype, GEMMs and workloads ----------------
+
+# The ceilings of the VM behind issue 44's Roofline (a quick ceilings run, 2026-12-04): six
+# compute roofs within a factor of 5, two of them 3 % apart, and the cases it drew there (the
+# built-in workloads and a tiny GEMM sweep), made up after that run's figures: never measured.
+AVX512_ROOFS = {
+    ("bandwidth", "L1", "triad", "avx512"): 1.349e12,
+    ("bandwidth", "L2", "triad_avx2", "avx2"): 447.5e9,
+    ("bandwidth", "L3", "triad", "avx512"): 223.4e9,
+    ("bandwidth", "DRAM", "triad", "avx512"): 60.72e9,
+    ("compute", "fp32_fma", "fma_chains", "avx512"): 521.9e9,
+    ("compute", "fp32_fma_avx2", "fma_chains", "avx2"): 262.5e9,
+    ("compute", "fp64_fma", "fma_chains", "avx512"): 254.7e9,
+    ("compute", "fp32_blas", "matmul", None): 236.9e9,
+    ("compute", "fp64_fma_avx2", "fma_chains", "avx2"): 128.2e9,
+    ("compute", "fp64_blas", "matmul", None): 116.5e9,
+}
+# (sweep, params, dtype, intensity, {cache state: (level, achieved FLOP/s)})
+AVX512_CASES = (
+    ("blockdiag_blocks", '{"n": 256}', "fp32", 5.333, {"cold": ("DRAM", 51.2e9),
+                                                       "warm": ("L1", 80.8e9)}),
+    ("blockdiag_dense", '{"n": 256}', "fp32", 1.6, {"cold": ("DRAM", 16.2e9),
+                                                   "warm": ("L2", 25.3e9)}),
+    ("pointer_chase", '{"n": 1048576}', "fp64", 0.125, {"cold": ("DRAM", 11.8e6),
+                                                       "warm": ("L2", 71.4e6)}),
+    ("relu_axpb_fused", '{"n": 65536}', "fp32", 0.25, {"cold": ("DRAM", 7.35e9),
+                                                      "warm": ("L2", 14.4e9)}),
+    ("relu_axpb_fused", '{"n": 262144}', "fp32", 0.25, {"cold": ("DRAM", 9.54e9),
+                                                       "warm": ("L2", 19.4e9)}),
+    ("relu_axpb_unfused", '{"n": 65536}', "fp32", 0.0833, {"cold": ("DRAM", 3.48e9),
+                                                          "warm": ("L2", 4.59e9)}),
+    ("relu_axpb_unfused", '{"n": 262144}', "fp32", 0.0833, {"cold": ("DRAM", 3.30e9),
+                                                           "warm": ("L3", 4.20e9)}),
+    ("tiny", None, "fp32", 0.496, {"cold": ("DRAM", 14.2e9), "warm": ("L2", 36.7e9)}),
+    ("tiny", None, "fp32", 7.111, {"cold": ("DRAM", 101e9), "warm": ("L2", 138e9)}),
+)  # fmt: skip
+
+
+def avx512_ceilings(factors: dict[str, float] | None = None) -> pd.DataFrame:
+    """AVX512_ROOFS as ceiling_summary gives them, each roof times its `factors` entry."""
+    factors = factors or {}
+    return pd.DataFrame(
+        [
+            {"kind": kind, "name": name, "kernel": kernel, "isa": isa,
+             "value": value * factors.get(name, 1.0)}
+            for (kind, name, kernel, isa), value in AVX512_ROOFS.items()
+        ]
+    )  # fmt: skip
+
+
+def avx512_points() -> pd.DataFrame:
+    """AVX512_CASES as latest_model_points gives them (a GEMM's M from its intensity)."""
+    peak = AVX512_ROOFS[("compute", "fp32_fma", "fma_chains", "avx512")]
+    bandwidth = {name: value for (_, name, _, _), value in AVX512_ROOFS.items()}
+    rows = []
+    for sweep, params, dtype, intensity, states in AVX512_CASES:
+        m = None if params else (1 if intensity < 1 else 16)
+        for cache_state, (level, achieved) in states.items():
+            attainable = min(peak, bandwidth[level] * intensity)
+            rows.append(
+                {"config_id": f"{sweep}/{dtype}/{params or m}", "sweep": sweep, "dtype": dtype,
+                 "params": params, "m": m, "cache_state": cache_state, "intensity": intensity,
+                 "achieved_flops_per_s": achieved, "attainable_flops_per_s": attainable,
+                 "efficiency": achieved / attainable, "level": level,
+                 "limiter": "memory" if attainable < peak else "compute",
+                 "compute_path": f"{dtype}_fma", "above_roof": False, "disturbed": False,
+                 "run_id": "20261204T183406Z-constructed"}
+            )  # fmt: skip
+    return pd.DataFrame(rows)

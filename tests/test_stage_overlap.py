@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import duckdb
 import pytest
@@ -232,3 +233,72 @@ def test_each_stage_and_schedule_is_diagnosed_against_its_own_bound(measured, tm
         assert diagnosis["cause"] in DIAGNOSIS_CAUSES and diagnosis["kind"] == "stages"
         if diagnosis["efficiency"] > 1.05:
             assert diagnosis["cause"] == "above_roof"
+
+
+def test_the_page_says_where_a_stage_ran_another_size_than_its_scenario(
+    quick_ceilings_run, tmp_path
+):
+    """Issue 44: a stream stage runs whole passes over its working set, so a stage sized under
+    one pass runs one: the stage-bounds chart (the scenario's sizes) and the measured one then
+    differ, and the page says so beside both, with both sizes and why. Real runs: this machine's
+    quick ceilings, `rooflab measure stages` sized on them, the roofline step, the store, the
+    page. A stage sized at whole passes runs its own size: no such sentence."""
+    import html
+    import shutil
+
+    from rooflab.experiments.stage_overlap import scenario_ceilings
+    from rooflab.report import build_report
+    from rooflab.roofline import build_analysis, latest_ceilings_by_machine, write_analysis
+    from rooflab.store import ingest, query
+    from rooflab.units import format_quantity
+
+    _, ceilings_dir = quick_ceilings_run
+    results = tmp_path / "results"
+    ceilings = shutil.copytree(ceilings_dir, results / "ceilings" / "runs" / ceilings_dir.name)
+    (machine,) = latest_ceilings_by_machine([ceilings]).values()
+    _, bandwidth = scenario_ceilings("rounded", SCENARIO, machine)
+    one_pass = 24 * stream_elements("triad", select_backend("cpu").flush_bytes, 1)
+
+    def a_at(passes: float) -> dict:  # stage A sized to move `passes` passes' bytes
+        a, b = SCENARIO["stages"]
+        return {**SCENARIO, "stages": [{**a, "time_s": passes * one_pass / bandwidth}, b]}
+
+    config = {**FAST, "backend": "cpu", "stages": {"rounded": a_at(0.3), "whole": a_at(4)}}
+    (tmp_path / "c.yaml").write_text(json.dumps(config))
+    result = run_rooflab(
+        "measure", "stages", "--config", tmp_path / "c.yaml", "--ceilings", ceilings,
+        "--out", results / "stages" / "runs",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    analysis = build_analysis(
+        [ceilings],
+        [],
+        stage_runs=sorted((results / "stages" / "runs").iterdir()),
+        stages=validate_config(config)["stages"],
+    )
+    write_analysis(analysis, results / "roofline")
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    rows = {
+        (r["scenario"], r["stage"]): r
+        for r in query(db, "SELECT * FROM latest_stage_timings").to_pylist()
+    }
+    rounded = rows[("rounded", "A")]
+    assert rounded["bytes"] == one_pass and rounded["resized"]  # one whole pass, not 0.3
+    assert rounded["nominal_bytes"] == pytest.approx(0.3 * one_pass)
+    assert rounded["ceilings_run_id"] == rounded["bounds_run_id"] == ceilings.name
+    assert rows[("whole", "A")]["bytes"] == 4 * one_pass
+    assert not any(r["resized"] for r in rows.values() if r is not rounded)
+
+    page = html.unescape(build_report(db, tmp_path / "report", images=False).index.read_text())
+    said = re.findall(r"<p class='resized'>(.*?)</p>", page)
+    assert len(said) == 2  # beside the measured chart and the bounds chart of `rounded` only
+    for sentence in said:
+        assert sentence.startswith(
+            f"Stage A moved {format_quantity(one_pass, 'bytes', 3)} as measured, 3.3x the "
+            f"scenario's {format_quantity(0.3 * one_pass, 'bytes', 3)}: a stream stage makes "
+            "whole passes (at least one) over its working set (the cold flush's size, past "
+            "every cache), so its size was rounded up to them."
+        )
+        assert "“Stage bounds: rounded” draws" in sentence or "This chart draws" in sentence
+        assert "whole" not in sentence.replace("whole passes", "")

@@ -35,7 +35,7 @@ from rooflab.report.run_charts import (
     telling_changes,
     telling_distributions,
 )
-from rooflab.report.schedule_charts import schedule_charts
+from rooflab.report.schedule_charts import resized_note, schedule_charts
 from rooflab.report.stage_charts import stage_bounds_chart
 from rooflab.report.summary import counters_summary_html, summary_html
 from rooflab.report.sweep_charts import (
@@ -76,7 +76,8 @@ ROOFLINE_HOW = (
     "roof it is judged against (its memory level's where it is memory-bound, its compute "
     "path's where compute-bound), with a dotted line up to that roof: its length is the "
     "efficiency left on the table. Shape: the sweep; size: M; filled: warm cache, hollow: cold; "
-    "a black triangle marks a point above its roof. Grey dashed roofs are the datasheet's."
+    "a black triangle marks a point above its roof. Of two roofs' labels one above the other, "
+    "the higher roof's is the upper one. Grey dashed roofs are the datasheet's."
 )
 
 INTEGER_HOW = (
@@ -316,6 +317,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
     charts += history_charts(connection, scope)
     charts += schedule_charts(connection, scope)
     stages = queries.stage_bounds(connection, scope)
+    measured = queries.stage_timings(connection, scope) if not stages.empty else stages
     for name, frame in stages.groupby("scenario", sort=True):
         charts.append(
             Chart(
@@ -326,6 +328,10 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 "the critical-path bound and the looser aggregate bound max(ΣF/C, ΣQ/B), one "
                 "line where the two coincide.",
                 stage_bounds_chart(frame.reset_index(drop=True), str(name)),
+                # where the stages were measured at other sizes, this chart's are not theirs
+                resized_note(
+                    measured[measured.scenario == name], str(name), scope["backend"], True
+                ),
             )
         )
     for chart in charts:

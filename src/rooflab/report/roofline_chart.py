@@ -13,7 +13,12 @@ import math
 from typing import TYPE_CHECKING
 
 from rooflab.report.axes import ROOFLINE_SIZE, roof_geometry, with_time_text
-from rooflab.report.disturbed_marks import DISTURBED_COLOR, DISTURBED_LABEL, disturbed_rings
+from rooflab.report.disturbed_marks import (
+    DISTURBED_COLOR,
+    DISTURBED_LABEL,
+    disturbed_rings,
+    flag_legend,
+)
 from rooflab.report.labels import BOLD_CHAR_PX, FAR_DYS, LINE_COST, SHEET_COST, place_labels
 from rooflab.report.roofline_points import (
     ABOVE_COLOUR,
@@ -62,7 +67,6 @@ PATH_COLOURS = (
     "#393b79", "#7f7f7f", "#637939", "#e7ba52", "#843c39",
 )  # fmt: skip
 DATASHEET_COLOUR = "#999"
-WORKLOAD_LABEL_GAP_PX = 9  # between a star and its name
 
 
 def roofs_in(ceilings: pd.DataFrame, unit: str = "FLOP") -> pd.DataFrame:
@@ -242,7 +246,7 @@ def roofline_chart(
     ]
     pair_lines = pair_segments(points, pairs)
     segments += [((r.x, r.y), (r.x2, r.y2), PAIR_LINE_COST) for r in pair_lines.itertuples()]
-    labels += workload_labels(points, (hi / lo) ** (WORKLOAD_LABEL_GAP_PX / width))
+    labels += workload_labels(points, (hi / lo) ** (1 / width))
     placed = place_labels(
         labels,
         "ceiling",
@@ -352,16 +356,20 @@ def roofline_chart(
             )
     flags = [DISTURBED_LABEL] * bool(pts.get("disturbed", pd.Series()).any())
     flags += [ABOVE_LABEL] * bool(pts.get("above_roof", pd.Series()).fillna(False).any())
-    flag_scale = alt.Scale(
-        domain=flags,
-        range=[DISTURBED_COLOR if f == DISTURBED_LABEL else ABOVE_COLOUR for f in flags],
+    disturbed = [f == DISTURBED_LABEL for f in flags]
+    flag_scale, flag_shapes = flag_legend(
+        flags,
+        [DISTURBED_COLOR if ring else ABOVE_COLOUR for ring in disturbed],
+        ["circle" if ring else "triangle-up" for ring in disturbed],
     )
     if not pair_lines.empty:
         layers.append(pair_layer(pair_lines, x, y))
     layers += workload_label_layers(names_df, x, y)
-    layers += disturbed_rings(pts, x_scale, y_scale, flag_scale)
+    marked = disturbed_rings(pts, x_scale, y_scale, flag_scale, flag_shapes)
     if ABOVE_LABEL in flags:
-        layers.append(above_marks(pts, x, y, flag_scale))
+        marked.append(above_marks(pts, x, y, flag_scale, flag_shapes))
+    if marked:  # one legend of their shapes, apart from the sweeps' shapes
+        layers.append(alt.layer(*marked).resolve_scale(shape="shared", stroke="shared"))
     layers.append(point_layer(pts, x, y, roof_scale, unit))
     chart = alt.layer(*layers).properties(width=width, height=height)
     if title:
@@ -370,7 +378,7 @@ def roofline_chart(
                 title["text"], subtitle=title["subtitle"], anchor="start", subtitleColor="#444"
             )
         )
-    return chart.resolve_scale(x="shared", y="shared")
+    return chart.resolve_scale(x="shared", y="shared", shape="independent", stroke="independent")
 
 
 def _slanted_label(text: str, bw: float, start: float, end: float, yields=False) -> dict:

@@ -1,7 +1,8 @@
 """The points of a Roofline (view latest_model_points): each in the colour of the roof it is
-judged against with a dotted guide up to it, shaped by its sweep, sized by its M, filled for a warm
-cache and hollow for a cold one; a triangle around each point above its roof; and the chart's
-title, which names the machine and the runs so that a PNG stands alone."""
+judged against with a dotted guide up to it, shaped by its sweep (a GEMM sweep's shape, or a star
+of its own for each of your workloads), sized by its M, filled for a warm cache and hollow for a
+cold one; a triangle around each point above its roof; each workload's name beside one of its
+stars; and the chart's title, which names the machine and the runs so that a PNG stands alone."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.report.labels import GUIDE_COST
+from rooflab.report.disturbed_marks import RING_SIZE, RING_STROKE
+from rooflab.report.labels import GUIDE_COST, LABEL_HEIGHT_PX
 from rooflab.vocabulary import CacheState
 
 if TYPE_CHECKING:
@@ -22,22 +24,43 @@ UNKNOWN_ROOF = "no roof measured for it"
 FILLED_STATES = (CacheState.WARM.value, CacheState.COLD.value)  # filled, hollow
 FILL_KEY = "sweep (filled: warm cache, hollow: cold)"
 SWEEP_SHAPES = ("circle", "square", "diamond", "triangle-down", "cross", "triangle-left")
-# Your workloads' cases: stars (a shape no sweep takes), one size, with their own legend entry
-WORKLOADS_LABEL = "your workloads"
-WORKLOADS_KEY = "your kernels (labelled by name; filled: warm, hollow: cold)"
-STAR = (
-    "M0,-1L0.235,-0.324L0.951,-0.309L0.38,0.124L0.588,0.809L0,0.4L-0.588,0.809L-0.38,0.124"
-    "L-0.951,-0.309L-0.235,-0.324Z"
-)
-WORKLOAD_SIZE = 260
-WORKLOAD_LABEL_DYS = (0, -11, 11, -22, 22, -33, 33, -44, 44, -55, 55)
-# A workload's name is drawn only where it covers no roof label, crosses no roof and covers
-# little of a point (labels.place_labels' cost); where no place is clear of them it may cross
-# one point's dotted guide (GUIDE_COST; left of the ridge a pointer chase's guide runs from far
-# below to its roof) or the grey lines that join a pair: its white halo keeps it legible.
+GEMM_SIZES, GEMM_STROKE = (30, 320), 1.6  # a GEMM's point: its area (px²) from M, its outline
+ABOVE_SIZE, ABOVE_STROKE = 420, 2  # the triangle around a point above its roof
+
+
+def _star(points: int, inner: float) -> str:
+    """An SVG path of a star of `points` points in [-1, 1] (a point up), its inner corners at
+    `inner` of its radius: a symbol's shape in Vega."""
+    corners = [
+        (radius * math.sin(math.pi * i / points), -radius * math.cos(math.pi * i / points))
+        for i in range(2 * points)
+        for radius in ((1.0 if i % 2 == 0 else inner),)
+    ]
+    return "M" + "L".join(f"{x:.3g},{y:.3g}" for x, y in corners) + "Z"
+
+
+# Your workloads' cases: each workload its own star (a shape no sweep takes; 5, 4, 6, 3, 8 and 7
+# points, then again), one size, in a legend of their own that names them
+WORKLOAD_SHAPES = tuple(
+    _star(points, inner) for points, inner in ((5, 0.4), (4, 0.4), (6, 0.5), (3, 0.35),
+                                               (8, 0.5), (7, 0.45))
+)  # fmt: skip
+STAR = WORKLOAD_SHAPES[0]
+WORKLOADS_KEY = "your kernels (filled: warm, hollow: cold)"
+WORKLOAD_SIZE, WORKLOAD_STROKE = 260, 1.6
+# A workload's name is drawn beside one of its stars, NAME_GAP_PX from its marks, where it
+# covers no roof label, crosses no roof and comes no nearer than NAME_CLEARANCE_PX to another
+# point's marks (so that the star nearest a name is its own); where no place is clear of them it
+# may cross one point's dotted guide (GUIDE_COST; left of the ridge a pointer chase's guide runs
+# from far below to its roof) or the grey lines that join a pair: its white halo keeps it
+# legible. A name that fits nowhere is left out: its stars' shape in the legend names them.
+NAME_GAP_PX, NAME_CLEARANCE_PX = 3, 7
+NAME_DYS = (0, -6, 6, -12, 12)  # beside a star: level with it, then a little above or under
 WORKLOAD_LABEL_MAX_COST = 2 * GUIDE_COST
 PAIR_LINE_COST = 150
-WORKLOAD_POINT_WEIGHT = 20  # a label over a star costs this per px² (over a GEMM's point: 1)
+# a roof's label over a point costs this per px²: a star (its name is beside it) or a GEMM's
+# point (drawn over the label, it hides letters)
+WORKLOAD_POINT_WEIGHT, GEMM_POINT_WEIGHT = 20, 4
 PAIR_COLOUR = "#777"
 
 
@@ -75,8 +98,8 @@ def roofline_title(scope: dict, points: pd.DataFrame, name: str = "Roofline") ->
         )
         if "params" in points and points.params.notna().any():
             lines.append(
-                "stars: your workloads, labelled by name; a grey line joins two implementations "
-                "of the same work"
+                "stars: your workloads, a star each (legend), named beside one of its stars; a "
+                "grey line joins two implementations of the same work"
             )
     return {
         "text": f"{name}: {scope['host']} · {scope['device_name']} ({scope['backend']})",
@@ -105,21 +128,26 @@ def guides(points: pd.DataFrame) -> list:
     ]
 
 
-def above_marks(pts: pd.DataFrame, x, y, flag_scale) -> alt.Chart:
-    """A triangle around each point above its roof, with its legend entry."""
+def above_marks(pts: pd.DataFrame, x, y, flag_scale, flag_shapes) -> alt.Chart:
+    """A triangle around each point above its roof, with its legend entry (a triangle too: the
+    legend of `flag_shapes`, disturbed_marks.flag_legend)."""
     import altair as alt
 
     return (
         alt.Chart(pts)
         .transform_filter("datum.above_roof")
         .transform_calculate(flag=json.dumps(ABOVE_LABEL))
-        .mark_point(shape="triangle-up", size=420, filled=False, strokeWidth=2)
+        .mark_point(shape="triangle-up", size=ABOVE_SIZE, filled=False, strokeWidth=ABOVE_STROKE)
         .encode(
             x=x,
             y=y,
             stroke=alt.Stroke(
-                "flag:N", title="measurement", scale=flag_scale, legend=alt.Legend(labelLimit=400)
+                "flag:N",
+                title="measurement",
+                scale=flag_scale,
+                legend=alt.Legend(labelLimit=400, symbolStrokeWidth=ABOVE_STROKE),
             ),
+            shape=alt.Shape("flag:N", title="measurement", scale=flag_shapes),
             tooltip=[
                 alt.Tooltip("config_id:N", title="config"),
                 alt.Tooltip("cache_state:N", title="cache state"),
@@ -171,7 +199,7 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale, unit: str = "FLOP") -> alt.
         alt.Size(
             "m:Q",
             title="M (rows of X)",
-            scale=alt.Scale(type="log", range=[30, 320]),
+            scale=alt.Scale(type="log", range=list(GEMM_SIZES)),
             legend=alt.Legend(values=ms if len(ms) <= 5 else ms[:: math.ceil(len(ms) / 5)]),
         )
         if len(ms) > 1
@@ -185,60 +213,103 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale, unit: str = "FLOP") -> alt.
     if workloads.empty:
         return gemms
     params = [*tooltip[:4], alt.Tooltip("params:N", title="params"), *tooltip[7:]]
+    names = sorted(set(workloads.sweep))
     shape = alt.Shape(
-        "marks:N",
+        "sweep:N",
         title=WORKLOADS_KEY,
-        scale=alt.Scale(domain=[WORKLOADS_LABEL], range=[STAR]),
-        legend=alt.Legend(titleLimit=400, symbolStrokeColor="#333", symbolSize=160),
+        scale=alt.Scale(domain=names, range=workload_shapes(names)),
+        legend=alt.Legend(
+            titleLimit=400, labelLimit=400, symbolStrokeColor="#333", symbolSize=WORKLOAD_SIZE
+        ),
     )
-    stars = _points(
-        workloads.assign(marks=WORKLOADS_LABEL),
-        x,
-        y,
-        roof_scale,
-        alt.value(WORKLOAD_SIZE),
-        params,
-        shape,
-    )
+    stars = _points(workloads, x, y, roof_scale, alt.value(WORKLOAD_SIZE), params, shape)
     # the stars' legend is their own: a workload's name is no sweep of the GEMMs' legend
     return alt.layer(gemms, stars).resolve_scale(shape="independent")
 
 
-def label_obstacles(points: pd.DataFrame) -> list[tuple[float, float, float]]:
-    """Each point as what a label should not cover: (x, y, cost per px²), a star costlier than a
-    GEMM's point (its name is on it)."""
+def workload_shapes(names: list[str]) -> list[str]:
+    """Each workload's star, in the order of `names`: WORKLOAD_SHAPES in turn."""
+    return [WORKLOAD_SHAPES[i % len(WORKLOAD_SHAPES)] for i in range(len(names))]
+
+
+def marks_px(points: pd.DataFrame) -> list[float]:
+    """The side (px) of the box each point's marks cover: its symbol (a GEMM's at the largest
+    M), the ring of a disturbed point, the triangle of one above its roof, with their outlines."""
+    import pandas as pd
+
+    def flag(column: str) -> list[bool]:
+        return list(points.get(column, pd.Series(False, index=points.index)).fillna(False))
+
     cases = points["params"].notna() if "params" in points else [False] * len(points)
     return [
-        (x, y, WORKLOAD_POINT_WEIGHT if case else 1.0)
-        for x, y, case in zip(
-            points.get("intensity", []), points.get("achieved_flops_per_s", []), cases, strict=True
+        max(
+            math.sqrt(WORKLOAD_SIZE) + WORKLOAD_STROKE
+            if case
+            else math.sqrt(GEMM_SIZES[1]) + GEMM_STROKE,
+            math.sqrt(RING_SIZE) + RING_STROKE if disturbed else 0.0,
+            math.sqrt(ABOVE_SIZE) + ABOVE_STROKE if above else 0.0,
         )
+        for case, disturbed, above in zip(cases, flag("disturbed"), flag("above_roof"), strict=True)
     ]
 
 
-def workload_labels(points: pd.DataFrame, gap: float) -> list[dict]:
+def label_obstacles(points: pd.DataFrame) -> list[tuple]:
+    """Each point as what a label should not cover (labels.place_labels' points): (x, y, cost
+    per px², the side of its marks' box, whose point: a workload's name, None for a GEMM), a
+    star costlier than a GEMM's point (its name is on it)."""
+    cases = points["params"].notna() if "params" in points else [False] * len(points)
+    sweeps = points.get("sweep", [None] * len(points))
+    obstacles = []
+    for x, y, case, side, sweep in zip(
+        points.get("intensity", []),
+        points.get("achieved_flops_per_s", []),
+        cases,
+        marks_px(points),
+        sweeps,
+        strict=True,
+    ):
+        weight, key = (WORKLOAD_POINT_WEIGHT, str(sweep)) if case else (GEMM_POINT_WEIGHT, None)
+        obstacles.append((x, y, weight, side, key))
+    return obstacles
+
+
+def workload_labels(points: pd.DataFrame, px: float) -> list[dict]:
     """A label per workload (its name), optional (labels.place_labels: placed after the roof
-    labels, left out where it fits nowhere): beside any of its points, the highest first, right
-    of it or left of it; `gap`: the factor in intensity that keeps the text clear of its star."""
+    labels, left out where it fits nowhere): beside one of its points, the highest first: right
+    of it, left of it (level with it, then a little above or under), over it or under it, always
+    NAME_GAP_PX from its marks and at least NAME_CLEARANCE_PX from any other point's; `px`: the
+    factor in intensity of one pixel."""
     if "params" not in points:
         return []
     labels = []
-    cases = points[points.params.notna()].sort_values("achieved_flops_per_s", ascending=False)
+    cases = points[points.params.notna()]
+    cases = cases.assign(marks_px=marks_px(cases)).sort_values(
+        "achieved_flops_per_s", ascending=False
+    )
     for name, group in cases.groupby("sweep", sort=True):
-        places = [
-            place
-            for r in group.itertuples()
-            if r.intensity > 0 and r.achieved_flops_per_s > 0
-            for place in (
-                (r.intensity * gap, r.achieved_flops_per_s, "left"),
-                (r.intensity / gap, r.achieved_flops_per_s, "right"),
-            )
-        ]
+        places = []
+        for r in group.itertuples():
+            if not (r.intensity > 0 and r.achieved_flops_per_s > 0):
+                continue
+            half, y = r.marks_px / 2, r.achieved_flops_per_s
+            # the text starts 4 px past its anchor (labels.text_box), NAME_GAP_PX past the marks
+            aside = px ** (half + NAME_GAP_PX - 4)
+            rise = math.ceil(half + NAME_GAP_PX + LABEL_HEIGHT_PX / 2)
+            places += [
+                place
+                for dy in NAME_DYS
+                for place in (
+                    (r.intensity * aside, y, "left", dy),
+                    (r.intensity / aside, y, "right", dy),
+                )
+            ]
+            places += [(r.intensity, y, "center", -rise), (r.intensity, y, "center", rise)]
         if places:
-            (x, y, align), *anchors = places
+            (x, y, align, _), *anchors = places
             labels.append(
                 {"ceiling": str(name), "x": x, "y": y, "align": align, "anchors": anchors}
-                | {"max_cost": WORKLOAD_LABEL_MAX_COST, "dys": WORKLOAD_LABEL_DYS, "workload": True}
+                | {"max_cost": WORKLOAD_LABEL_MAX_COST, "dys": (0,), "workload": True}
+                | {"own": str(name), "clearance": NAME_CLEARANCE_PX}
             )
     return labels
 
@@ -297,7 +368,7 @@ def workload_label_layers(rows: pd.DataFrame, x, y) -> list[alt.Chart]:
 
     layers = []
     for (align, dy), group in rows.groupby(["align", "dy"]):
-        mark = {"align": align, "dy": int(dy), "dx": 4 if align == "left" else -4}
+        mark = {"align": align, "dy": int(dy), "dx": {"left": 4, "right": -4}.get(align, 0)}
         mark |= {"fontSize": 11, "color": "#222"}
         for halo in (True, False):
             extra = {"stroke": "white", "strokeWidth": 3} if halo else {}

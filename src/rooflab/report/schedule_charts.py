@@ -13,6 +13,7 @@ from rooflab.report.names import name_part
 from rooflab.report.page import Chart, table_html
 from rooflab.report.timeline_charts import HOW as TIMELINE_HOW
 from rooflab.report.timeline_charts import timeline_chart
+from rooflab.units import format_quantity
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,6 +85,63 @@ def stage_overlap_chart(schedules: pd.Series, stages: pd.DataFrame):
     return (bars + spread + ticks).properties(width=WIDTH, height=30 * len(frame))
 
 
+# Why a stage as run is not the scenario's size (docs/timelines.md), per kernel: what it is
+# rounded to, and on which backend what its working set is
+ROUNDED_TO = {
+    "stream": "a stream stage makes whole passes (at least one) over its working set ({where})",
+    "fma": "an fma stage runs whole iterations of its FMA chains",
+}
+WORKING_SET = {"cpu": "the cold flush's size, past every cache", "cuda": "4x the GPU's L2"}
+
+
+def resized_note(
+    stages: pd.DataFrame, scenario: str, backend: str, under_bounds: bool = False
+) -> str:
+    """Where a stage was measured at another size than its scenario's (view latest_stage_timings'
+    `resized`, on `backend`): a sentence per such stage naming both sizes and why, and one saying
+    that the stage-bounds chart draws the scenario's sizes (`under_bounds`: the note is under
+    that chart, else under the measured one); empty where every stage ran its own size."""
+    if "resized" not in stages:
+        return ""
+    said = []
+    for stage in stages[stages.resized.fillna(False).astype(bool)].itertuples():
+        memory = stage.kernel == "stream"
+        kind, measured, nominal = (
+            ("bytes", stage.bytes, stage.nominal_bytes)
+            if memory
+            else ("flop", stage.flops, stage.nominal_flops)
+        )
+        why = ROUNDED_TO.get(stage.kernel, "it runs whole passes or iterations").format(
+            where=WORKING_SET.get(backend, "past every cache")
+        )
+        other_ceilings = (
+            isinstance(stage.ceilings_run_id, str) and stage.ceilings_run_id != stage.bounds_run_id
+        )
+        said.append(
+            f"Stage {stage.stage} {'moved' if memory else 'did'} "
+            f"{format_quantity(measured, kind, 3)} as measured, {measured / nominal:.2g}x the "
+            f"scenario's {format_quantity(nominal, kind, 3)}: {why}, so its size was rounded "
+            f"{'up' if measured > nominal else 'down'} to them"
+            + (
+                f"; and it was sized on the ceilings of run {stage.ceilings_run_id}, the "
+                f"stage-bounds chart on those of run {stage.bounds_run_id}"
+                if other_ceilings
+                else ""
+            )
+            + "."
+        )
+    if not said:
+        return ""
+    said.append(
+        f"This chart draws the scenario's nominal sizes; “Stages measured: {scenario}” those as "
+        "run, and its bounds are theirs."
+        if under_bounds
+        else f"“Stage bounds: {scenario}” draws the scenario's nominal sizes; the stages, "
+        "bounds and schedules here are of the sizes as run."
+    )
+    return f"<p class='resized'>{html.escape(' '.join(said))}</p>"
+
+
 def stage_overlap_table(row: pd.Series) -> str:
     import pandas as pd
 
@@ -115,7 +173,10 @@ def schedule_charts(connection, scope) -> list[Chart]:
                 f"Stages measured: {row.scenario}",
                 STAGE_OVERLAP_HOW,
                 stage_overlap_chart(row, stages[stages.scenario == row.scenario]),
-                stage_overlap_table(row),
+                resized_note(
+                    stages[stages.scenario == row.scenario], str(row.scenario), scope["backend"]
+                )
+                + stage_overlap_table(row),
             )
         )
     modes = queries.timeline_modes(connection, scope)

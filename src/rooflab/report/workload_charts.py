@@ -45,9 +45,10 @@ PARAMS_HOW = (
 )
 
 WORKLOADS_HOW = (
-    " Stars are your workloads' cases (one size; filled warm, hollow cold), each workload "
-    "labelled with its name where the label covers no roof label; a grey line joins two "
-    "implementations of the same work (same_work_as), from the baseline's point to the other's."
+    " Stars are your workloads' cases (one size; filled warm, hollow cold), a star of its own "
+    "for each workload, named in the legend and beside one of its stars where the name fits; a "
+    "grey line joins two implementations of the same work (same_work_as), from the baseline's "
+    "point to the other's."
 )
 
 FAR_BELOW = (

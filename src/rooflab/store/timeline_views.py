@@ -74,14 +74,31 @@ TIMELINE_VIEWS_SQL = {
     """,
     # Per machine, backend, scenario and stage (the scenario's newest run): the stage timed alone
     # on its lane (placement: its core or stream), its ledger (flops, bytes), median and
-    # quartiles (s), its bound max(F/C, Q/B) (s) and limiter, and `beats_bound`.
+    # quartiles (s), its bound max(F/C, Q/B) (s) and limiter, and `beats_bound`; beside them its
+    # nominal ledger (nominal_flops, nominal_bytes: the scenario's stage as the stage-bounds chart
+    # draws it, latest_stage_bounds on the newest ceilings run `bounds_run_id`), the ceilings run
+    # the stages were sized from (`ceilings_run_id`), and `resized`: the ledger as run differs
+    # from the nominal one by more than 1 % (a stream stage runs whole passes over its working
+    # set, an fma stage whole iterations; or the stages were sized on other ceilings).
     "latest_stage_timings": """
-        SELECT r.machine_id, r.backend, s.*
-        FROM stage_timings AS s JOIN runs AS r USING (run_id)
-        QUALIFY dense_rank() OVER (
-            PARTITION BY r.machine_id, r.backend, s.scenario
-            ORDER BY r.started_at DESC, s.run_id DESC
-        ) = 1
+        WITH timings AS (
+            SELECT r.machine_id, r.backend, s.*
+            FROM stage_timings AS s JOIN runs AS r USING (run_id)
+            QUALIFY dense_rank() OVER (
+                PARTITION BY r.machine_id, r.backend, s.scenario
+                ORDER BY r.started_at DESC, s.run_id DESC
+            ) = 1
+        ),
+        sized AS (SELECT DISTINCT run_id, scenario, ceilings_run_id FROM stage_schedules)
+        SELECT t.*, z.ceilings_run_id, b.run_id AS bounds_run_id,
+               b.flops AS nominal_flops, b.bytes AS nominal_bytes,
+               coalesce(abs(t.flops - b.flops) > 0.01 * b.flops
+                        OR abs(t.bytes - b.bytes) > 0.01 * b.bytes, false) AS resized
+        FROM timings AS t
+        LEFT JOIN sized AS z USING (run_id, scenario)
+        LEFT JOIN latest_stage_bounds AS b
+          ON b.machine_id = t.machine_id AND b.backend = t.backend
+         AND b.scenario = t.scenario AND b.stage = t.stage
     """,
     # Per machine, backend, timeline scenario and mode (the scenario's newest run): the step's
     # wall time (step_s, launch to synchronise), busy_s (the kernels' own times), gap_s and the
