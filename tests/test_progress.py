@@ -159,10 +159,10 @@ def test_a_timing_is_planned_from_its_calls_time_per_round():
 def test_a_case_not_yet_timed_is_planned_at_the_rate_of_the_nearest_intensity():
     calls = CallTimes()
     # two timed cases of a sweep: a memory-bound one (intensity 1) and a compute-bound one (100)
-    calls.built("low", {"flops": 1e6, "bytes_model": 1e6}, ())
-    calls.built("high", {"flops": 1e9, "bytes_model": 1e7}, ())
-    calls.built("next", {"flops": 4e9, "bytes_model": 5e7}, ())  # intensity 80
-    calls.built("stream", {"flops": 1e6, "bytes_model": 1e8}, ())
+    calls.built("low", 1e6, 1e6)
+    calls.built("high", 1e9, 1e7)
+    calls.built("next", 4e9, 5e7)  # intensity 80
+    calls.built("stream", 1e6, 1e8)
     # nothing timed yet: its bound at the prior rates, memory's for a streaming case
     assert calls.call_s("next") == pytest.approx(4e9 / PRIOR_FLOP_PER_S)
     assert calls.call_s("stream") == pytest.approx(1e8 / PRIOR_BYTES_PER_S)
@@ -179,8 +179,8 @@ def test_a_cold_samples_eviction_is_learnt_per_byte_of_operands():
     calls = CallTimes()
     operands = (bytearray(4 << 20), bytearray(4 << 20))  # 8 MiB: anything with nbytes counts
     operands = tuple(memoryview(a) for a in operands)
-    calls.built("a", {"flops": 1e6, "bytes_model": 1e6}, operands)
-    calls.built("b", {"flops": 1e6, "bytes_model": 1e6}, operands[:1])
+    calls.built("a", 1e6, 1e6, operands)
+    calls.built("b", 1e6, 1e6, operands[:1])
     timing = TimingSettings(rounds=1)
     warm = planned_timing_s(timing, 1e-3)
     # 10 cold samples took 80 ms more than the warm plan: 8 ms of eviction per 8 MiB sample

@@ -198,7 +198,7 @@ class Progress:
         self.planned_current = 0.0
         self.promised = 0.0  # seconds: each item's plan as it began, the ETA's rate applied
         self.first_estimate: float | None = None
-        self.guessed = False
+        self.guessed = self.unestimated = False
         self.started = self.item_started = clock()
         self.last_log = -math.inf
         self.closed = False
@@ -251,9 +251,9 @@ class Progress:
             self._planned()
         rate = self.eta.seconds_per_unit()
         # an item begun without an estimate (nothing done yet of a plan of unknown cost, or of a
-        # guessed one): its plan was the time it takes
-        blind = rate is None or (self.guessed and self.eta.items_done == 0)
-        self.promised += math.nan if blind else rate * planned
+        # guessed one) counts at the time it takes, when done
+        self.unestimated = rate is None or (self.guessed and self.eta.items_done == 0)
+        self.promised += 0.0 if self.unestimated else rate * planned
         if self.first_estimate is None and (left := self.left(now)) is not None:
             self.first_estimate = now - self.started + left  # what its first ETA promised
         self._report(now)
@@ -275,7 +275,7 @@ class Progress:
         self._finish(now)
         took = duration(now - self.started)
         against = ""
-        if self.index and not math.isnan(self.promised) and self.eta.total > 0:
+        if self.index and self.eta.total > 0:
             first = self.first_estimate
             said = f"; first estimate {duration(first)}" if first is not None else ""
             against = f" (planned {duration(self.promised)}{said})"
@@ -315,8 +315,8 @@ class Progress:
 
     def _finish(self, now: float) -> None:
         if self.index:
-            if math.isnan(self.promised):  # the item begun without an estimate
-                self.promised = now - self.started
+            if self.unestimated:
+                self.promised += now - self.item_started
             self.eta.finished(self.planned_current, now - self.item_started)
             self.planned_current = 0.0
             self.item_started = now

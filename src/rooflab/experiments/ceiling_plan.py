@@ -8,14 +8,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rooflab.backends.base import Backend, BackendError
 from rooflab.backends.cuda_host_link import check_buffer, copy_bytes
 from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.config import ConfigError, defaults
 from rooflab.experiments.cache_edges import MEMORY_ABOVE, PLATEAU_ABOVE, PLATEAU_BELOW
-from rooflab.experiments.item_plans import PRIOR_FLOP_PER_S
+from rooflab.experiments.item_plans import PRIOR_FLOP_PER_S, planned_timing_s
 from rooflab.experiments.timing import TimingSettings
 from rooflab.model import tensor_bytes
 from rooflab.units import UnitError, format_quantity, parse_bytes
@@ -276,10 +276,9 @@ def planned_blas_s(
     """Planned seconds of one library GEMM ceiling: its check (a call and the reference), its
     warm-up, idle (`rest_s`: the backend's rest_before_peak_s) and sampling, at `flop_rate` (the
     dtype's FMA roof measured before it; a prior before that: experiments.item_plans)."""
-    timing = settings.blas_timing
     call_s = 2 * settings.blas_n**3 / (flop_rate or PRIOR_FLOP_PER_S)
-    warmup = max(timing.warmup_s + call_s, timing.warmup_min_calls * call_s)
-    return 2 * call_s + warmup + rest_s + max(timing.min_time_s, timing.min_samples * call_s)
+    one_round = replace(settings.blas_timing, rounds=1)  # sampled in one go
+    return 2 * call_s + rest_s + planned_timing_s(one_round, call_s)
 
 
 def planned_work(

@@ -43,25 +43,20 @@ def planned_timing_s(timing: TimingSettings, call_s: float = 0.0, evict_s: float
 
 @dataclass
 class CallTimes:
-    """What is known of each case's call: its work (F, where known before it is built), its
-    operands' bytes and intensity once built, its median call once timed."""
+    """What is known of each case's call: its work (F and model Q, where known before it is
+    built), its operands' bytes once built, its median call once timed (in the order timed)."""
 
-    work: dict[str, float] = field(default_factory=dict)  # config_id -> F
-    traffic: dict[str, float] = field(default_factory=dict)  # config_id -> Q (model)
-    intensity: dict[str, float] = field(default_factory=dict)  # config_id -> F / Q (model)
+    work: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # F, Q
     operand_bytes: dict[str, float] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)  # config_id -> median call s
-    last_measured: str | None = None
     evict_rates: list[float] = field(default_factory=list)  # s per byte, per cold item
 
-    def built(self, config_id: str, columns: dict, arrays: tuple) -> None:
-        flops, model_bytes = columns.get("flops"), columns.get("bytes_model")
+    def built(self, config_id: str, flops, model_bytes, arrays: tuple = ()) -> None:
+        """A case's work (where it has any), and its operands once built."""
         if flops:
-            self.work[config_id] = float(flops)
-            if model_bytes:
-                self.traffic[config_id] = float(model_bytes)
-                self.intensity[config_id] = float(flops) / float(model_bytes)
-        self.operand_bytes[config_id] = float(sum(getattr(a, "nbytes", 0) for a in arrays))
+            self.work[config_id] = (float(flops), float(model_bytes) if model_bytes else None)
+        if arrays:
+            self.operand_bytes[config_id] = float(sum(getattr(a, "nbytes", 0) for a in arrays))
 
     def timed(
         self, config_id: str, cache_state: str, call_s: float, item_s: float, samples: int,
@@ -70,7 +65,6 @@ class CallTimes:
         """A case timed in one state: its median call `call_s`, the item's `item_s` seconds and
         `samples` count; a cold one's time past its warm plan is its eviction."""
         self.measured.setdefault(config_id, call_s)
-        self.last_measured = config_id
         operand_bytes = self.operand_bytes.get(config_id, 0.0)
         if cache_state == CacheState.COLD and operand_bytes > 0 and samples > 0:
             over = item_s - planned_timing_s(timing, call_s)
@@ -80,13 +74,13 @@ class CallTimes:
         if config_id in self.measured:
             return self.measured[config_id]
         if config_id in self.work:
-            rate = self._rate_near(self.intensity.get(config_id))
+            flops, model_bytes = self.work[config_id]
+            rate = self._rate_near(flops / model_bytes if model_bytes else None)
             if rate is not None:
-                return self.work[config_id] / rate
-            compute_s = self.work[config_id] / PRIOR_FLOP_PER_S
-            return max(compute_s, self.traffic.get(config_id, 0.0) / PRIOR_BYTES_PER_S)
-        if self.last_measured is not None:
-            return self.measured[self.last_measured]
+                return flops / rate
+            return max(flops / PRIOR_FLOP_PER_S, (model_bytes or 0.0) / PRIOR_BYTES_PER_S)
+        if self.measured:  # no work known: the call of the case timed last
+            return self.measured[next(reversed(self.measured))]
         return PRIOR_CALL_S
 
     def evict_s(self, config_id: str) -> float:
@@ -98,13 +92,18 @@ class CallTimes:
         return planned_timing_s(timing, self.call_s(config_id), evict)
 
     def _rate_near(self, intensity: float | None) -> float | None:
-        """FLOP/s of the timed case of the nearest intensity (or the last timed; None: none)."""
+        """FLOP/s of the timed case of the nearest intensity (without one, of the case timed
+        last); None before a case of known work is timed."""
         timed = [c for c in self.measured if c in self.work]
         if not timed:
             return None
-        near = timed[-1] if self.last_measured not in timed else self.last_measured
-        if intensity is not None:
-            known = [c for c in timed if c in self.intensity]
-            if known:
-                near = min(known, key=lambda c: abs(math.log(self.intensity[c] / intensity)))
-        return self.work[near] / self.measured[near]
+        near = timed[-1]
+        known = [c for c in timed if self.work[c][1]]
+        if intensity is not None and known:
+
+            def distance(c: str) -> float:
+                flops, model_bytes = self.work[c]
+                return abs(math.log(flops / model_bytes / intensity))
+
+            near = min(known, key=distance)
+        return self.work[near][0] / self.measured[near]

@@ -67,7 +67,7 @@ class _Cases:
         for case in cases:
             if (hint := case.work_hint()) is not None:
                 flops, model_bytes = hint
-                self.calls.built(case.config_id, {"flops": flops, "bytes_model": model_bytes}, ())
+                self.calls.built(case.config_id, flops, model_bytes)
         self.to_come = [(c.config_id, s) for _ in range(rounds) for c in cases
                         for s in self.cache_states]  # fmt: skip
         # cases whose work is unknown until built (a user's kernels): no ETA before one is timed
@@ -112,7 +112,8 @@ class _Cases:
                 return False  # a wrong result is recorded, never timed
         if timing is None:
             return True
-        self.calls.built(case.config_id, built.columns, built.arrays)
+        columns = built.columns
+        self.calls.built(case.config_id, columns["flops"], columns.get("bytes_model"), built.arrays)
         # the threads as the case left them: what the timing ran with
         self.rows[case.config_id] = {**built.columns, "threads": backend.library_threads()}
         for index, cache_state in enumerate(states):
@@ -132,7 +133,7 @@ class _Cases:
                 )  # fmt: skip
             measured = point.measurements[-1]
             self.calls.timed(
-                case.config_id, cache_state, measured.summary(1.0).median_s,
+                case.config_id, cache_state, measured.summary(timing.noisy_iqr_ratio).median_s,
                 time.perf_counter() - started, len(measured.samples), timing,
             )  # fmt: skip
             if not case.recheck:

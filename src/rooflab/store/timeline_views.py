@@ -28,20 +28,29 @@ _STEP_BOUND = """
         PARTITION BY t.run_id, t.mode ORDER BY c.value DESC, b.value DESC) = 1
 """
 
+
+def _newest_per_scenario(table: str) -> str:
+    """The rows of `table` (alias `x`) from each machine, backend and scenario's newest run, with
+    the run's machine_id, backend and started_at."""
+    return f"""
+        SELECT r.machine_id, r.backend, r.started_at, x.*
+        FROM {table} AS x JOIN runs AS r USING (run_id)
+        QUALIFY dense_rank() OVER (
+            PARTITION BY r.machine_id, r.backend, x.scenario
+            ORDER BY r.started_at DESC, x.run_id DESC
+        ) = 1
+    """
+
+
 TIMELINE_VIEWS_SQL = {
     # Per machine, backend and measurable stages scenario (its newest run): the measured serial
     # and overlapped times (s) beside the serial schedule's critical-path bound and the aggregate
     # bound (s), overlap_speedup (serial / overlapped), each time over its own bound, the C and B
     # the stages were sized from and bounded on, `beats_bound` (a schedule faster than its bound:
     # a ledger or a ceiling is wrong), `disturbed`, and `says`, the article's sentence.
-    "stage_overlap": """
+    "stage_overlap": f"""
         WITH latest AS (
-            SELECT r.machine_id, r.backend, r.started_at, s.*
-            FROM stage_schedules AS s JOIN runs AS r USING (run_id)
-            QUALIFY dense_rank() OVER (
-                PARTITION BY r.machine_id, r.backend, s.scenario
-                ORDER BY r.started_at DESC, s.run_id DESC
-            ) = 1
+            {_newest_per_scenario("stage_schedules")}
         ),
         pairs AS (
             SELECT a.machine_id, a.backend, a.scenario, a.run_id, a.started_at,
@@ -80,14 +89,9 @@ TIMELINE_VIEWS_SQL = {
     # the stages were sized from (`ceilings_run_id`), and `resized`: the ledger as run differs
     # from the nominal one by more than 1 % (a stream stage runs whole passes over its working
     # set, an fma stage whole iterations; or the stages were sized on other ceilings).
-    "latest_stage_timings": """
+    "latest_stage_timings": f"""
         WITH timings AS (
-            SELECT r.machine_id, r.backend, s.*
-            FROM stage_timings AS s JOIN runs AS r USING (run_id)
-            QUALIFY dense_rank() OVER (
-                PARTITION BY r.machine_id, r.backend, s.scenario
-                ORDER BY r.started_at DESC, s.run_id DESC
-            ) = 1
+            {_newest_per_scenario("stage_timings")}
         ),
         sized AS (SELECT DISTINCT run_id, scenario, ceilings_run_id FROM stage_schedules)
         SELECT t.*, z.ceilings_run_id, b.run_id AS bounds_run_id,
@@ -107,12 +111,7 @@ TIMELINE_VIEWS_SQL = {
     # that C and B), step_over_bound, and `says` ("eager: 1.2 ms per step, 62 % in gaps").
     "timeline_modes": f"""
         WITH steps AS (
-            SELECT r.machine_id, r.backend, r.started_at, t.*
-            FROM timeline_steps AS t JOIN runs AS r USING (run_id)
-            QUALIFY dense_rank() OVER (
-                PARTITION BY r.machine_id, r.backend, t.scenario
-                ORDER BY r.started_at DESC, t.run_id DESC
-            ) = 1
+            {_newest_per_scenario("timeline_steps")}
         )
         SELECT s.machine_id, s.backend, s.scenario, s.mode, s.run_id, s.started_at, s.layers,
                s.hidden, s.dtype, s.kernels, s.n_samples, s.step_s, s.p25_s, s.p75_s, s.busy_s,
@@ -133,12 +132,7 @@ TIMELINE_VIEWS_SQL = {
     """,
     # Per machine, backend, timeline scenario, mode and kernel (the scenario's newest run): the
     # per-kernel timeline of one instrumented step, start_s and end_s from its first launch (s).
-    "latest_timeline_kernels": """
-        SELECT r.machine_id, r.backend, k.*
-        FROM timeline_kernels AS k JOIN runs AS r USING (run_id)
-        QUALIFY dense_rank() OVER (
-            PARTITION BY r.machine_id, r.backend, k.scenario
-            ORDER BY r.started_at DESC, k.run_id DESC
-        ) = 1
+    "latest_timeline_kernels": f"""
+        {_newest_per_scenario("timeline_kernels")}
     """,
 }
