@@ -13,8 +13,8 @@ quantiles), and the Mann-Whitney U test's p-value (scipy). The verdict:
   1 / (1 + effect)): the samples cannot tell whether anything changed; `note` says so, with the
   interval;
 - `same`: anything else: noise alone, a change smaller than the effect, or one on one side of 1
-  that the samples cannot place beyond the effect (counting those as `inconclusive` too made
-  `--fail-on` exit 3 in half of this project's identical reruns of a 44-point sweep);
+  that the samples cannot place beyond the effect (the runs differ, but within how far
+  identical reruns move);
 - `incomparable`: too few samples on a side to say anything.
 
 The effect is `min_effect`, or more where runs differ more without cause: the key's own earlier

@@ -261,8 +261,9 @@ def planned_point_s(settings: CeilingSettings) -> float:
 
 
 # A sweep point's own cost past its windows: allocating and first touching its working set, and
-# each window at least one pass over it (a 280 MB point took 1.2 to 1.4 s on a 2-vCPU VM).
-PLANNED_S_PER_BYTE = 3.5e-9
+# each window at least one pass over it (a 4 GB point took about 4 s on a 2-vCPU VM).
+PLANNED_S_PER_BYTE = 1e-9
+LIBRARY_SHARE_OF_FMA = 0.5
 
 
 def planned_sweep_point_s(settings: CeilingSettings, working_set: int) -> float:
@@ -276,7 +277,10 @@ def planned_blas_s(
     """Planned seconds of one library GEMM ceiling: its check (a call and the reference), its
     warm-up, idle (`rest_s`: the backend's rest_before_peak_s) and sampling, at `flop_rate` (the
     dtype's FMA roof measured before it; a prior before that: experiments.item_plans)."""
-    call_s = 2 * settings.blas_n**3 / (flop_rate or PRIOR_FLOP_PER_S)
+    # a library GEMM reaches about half its dtype's FMA roof or more (45 % fp32, 47 % fp64 on
+    # the 2-vCPU VM's AVX-512, quiet, 2026-12-04)
+    rate = LIBRARY_SHARE_OF_FMA * flop_rate if flop_rate else PRIOR_FLOP_PER_S
+    call_s = 2 * settings.blas_n**3 / rate
     one_round = replace(settings.blas_timing, rounds=1)  # sampled in one go
     return 2 * call_s + rest_s + planned_timing_s(one_round, call_s)
 
