@@ -137,6 +137,39 @@ def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
     assert cold["ceilings_run_id"] == "c-new" and cold["compute_path"] == "fp64_fma"
 
 
+def test_a_warm_point_sits_in_the_level_that_holds_its_footprint_not_its_traffic(tmp_path):
+    ceilings_run = _run(
+        tmp_path, "c", "A", "ceilings", datetime(2026, 1, 1, tzinfo=UTC), ceilings=_ceilings("c", 1)
+    )
+    ceilings = latest_ceilings_by_machine([ceilings_run])
+    workload = {"run_id": "w", "kind": "workload", "dtype": "fp64", "median_s": 1e-3}
+    cases = {
+        # a chase: 800 kB of traffic (would fit L2) over a 32 MiB + 16 B cycle (outgrows L3)
+        "chase": {"flops": 100_000, "bytes_model": 800_000, "footprint_bytes": (32 << 20) + 16},
+        # passes over a temporary: 48 MiB of traffic (past L3) over 600 kB of arrays (in L2)
+        "passes": {"flops": 100_000, "bytes_model": 48 << 20, "footprint_bytes": 600_000},
+        # a run recorded before footprints: its traffic decides, as it did
+        "older": {"flops": 100_000, "bytes_model": 800_000, "footprint_bytes": None},
+    }
+    timed = [
+        {**workload, **work, "config_id": name, "cache_state": state,
+         "achieved_flops_per_s": work["flops"] / 1e-3}
+        for name, work in cases.items() for state in ("warm", "cold")
+    ]  # fmt: skip
+    run = _run(tmp_path, "w", "A", "workload", datetime(2026, 2, 1), timed_points=timed)
+    points = roofline_points([run], ceilings)
+    levels = {(p["config_id"], p["cache_state"]): p["level"] for p in points}
+    assert levels == {
+        ("chase", "warm"): "DRAM", ("chase", "cold"): "DRAM",
+        ("passes", "warm"): "L2", ("passes", "cold"): "DRAM",
+        ("older", "warm"): "L2", ("older", "cold"): "DRAM",
+    }  # fmt: skip
+    chase = next(p for p in points if p["config_id"] == "chase")
+    # the traffic stays the point's bytes (its intensity); the footprint only placed it
+    assert (chase["bytes"], chase["footprint_bytes"]) == (800_000, (32 << 20) + 16)
+    assert chase["intensity"] == pytest.approx(100_000 / 800_000)
+
+
 def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path):
     # Ceilings that lack the fp32 path and the DRAM level: an fp32 point and a cold fp64 point
     # have no roof to stand under, so they are left out (not drawn against some other roof).

@@ -102,6 +102,7 @@ def test_the_docs_example_is_checked_and_timed_warm_and_cold(tmp_path):
         assert (
             "of every cache line of the call's operands" in (point["flush_method"] or "")
         ) == cold
+        assert point["footprint_bytes"] == 2 * 4 * n  # no footprint declared: its arrays' bytes
 
     checks = pq.read_table(run / "correctness.parquet").to_pylist()
     # each of the 2 cases checked before its timing and again after its last round
@@ -188,6 +189,7 @@ def test_checked_refuses_what_is_not_a_measurable_workload():
         (Workload(run, True, 8), "flops must be a positive integer"),
         (Workload(run, 8, -1), "bytes must be a positive integer"),
         (Workload(run, 8, 8, executed_flops=0), "executed_flops must be a positive integer"),
+        (Workload(run, 8, 8, footprint=2.5), "footprint must be a positive integer"),
         (Workload(run, 8, 8, check=lambda: 0.0), "a check needs a tolerance > 0"),
         (Workload("run", 8, 8), "Workload.run is not callable"),
         (Workload(run, 8, 8, arrays=[[1.0]]), r"Workload.arrays\[0\] is a list, not a numpy"),

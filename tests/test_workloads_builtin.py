@@ -183,6 +183,10 @@ def test_pointer_chase_ledger():
     assert workload.flops == 5000  # one checksum add per hop
     assert workload.bytes == 5000 * 8  # one useful 8-byte index per hop
     assert workload.executed_flops is None
+    # it touches the whole cycle (n indices) and its two results, whatever its traffic
+    assert workload.footprint == 1000 * 8 + 16
+    small = pointer_chase({"n": 1000, "steps": 5}, context("float64"))
+    assert small.footprint == workload.footprint and small.bytes == 40
 
 
 def test_a_corrupted_pointer_chase_fails_its_check():

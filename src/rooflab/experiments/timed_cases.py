@@ -35,6 +35,16 @@ class Built:
     columns: dict  # its timed_points columns beyond the timing: identity and ledger (flops, ...)
     arrays: tuple = ()  # what `call` reads and writes, evicted before each cold sample
     work_unit: str = "FLOP"  # the unit of its `flops` (OP for an int8 GEMM)
+    footprint: int | None = None  # the bytes `call` touches, where declared
+
+    def footprint_bytes(self) -> int:
+        """The bytes `call` touches, which decide the cache level that holds it warm: as
+        declared, else its arrays' bytes, else its model Q (nothing else is known)."""
+        if self.footprint is not None:
+            return self.footprint
+        if self.arrays:
+            return sum(int(array.nbytes) for array in self.arrays)
+        return int(self.columns["bytes_model"])
 
 
 class TimedCase(Protocol):
@@ -115,7 +125,10 @@ class _Cases:
         columns = built.columns
         self.calls.built(case.config_id, columns["flops"], columns.get("bytes_model"), built.arrays)
         # the threads as the case left them: what the timing ran with
-        self.rows[case.config_id] = {**built.columns, "threads": backend.library_threads()}
+        self.rows[case.config_id] = built.columns | {
+            "footprint_bytes": built.footprint_bytes(),
+            "threads": backend.library_threads(),
+        }
         for index, cache_state in enumerate(states):
             point = self.points.setdefault(
                 (case.config_id, cache_state),

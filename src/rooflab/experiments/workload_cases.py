@@ -159,4 +159,4 @@ class WorkloadCase:
             "bytes_model": int(workload.bytes),
             "executed_flops": None if executed is None else int(executed),
         }  # fmt: skip
-        return Built(workload.run, check, columns, workload.arrays)
+        return Built(workload.run, check, columns, workload.arrays, footprint=workload.footprint)

@@ -32,6 +32,7 @@ DERIVED: dict[str, pa.Schema] = {
             ("level", _S),
             ("q_source", _S),
             ("bytes", _I),
+            ("footprint_bytes", _I),  # what the level was chosen from (model rows)
             ("flops", _I),
             ("work_unit", _S),  # of flops: FLOP, or OP (int8); intensity per B, rates per s
             ("intensity", _F),

@@ -151,7 +151,8 @@ TABLES: dict[str, pa.Schema] = {
     # One row per timed point and cache state: a sweep's GEMM configuration (kind "gemm": m, n,
     # k, operand dtypes, layout) or a workload's case (kind "workload": `sweep` its name, `entry`
     # its factory, `params` as JSON, `same_work_as` the workload it reimplements). `flops` is F
-    # (OP for int8), `bytes_model` the cold-cache Q, `executed_flops` the work done (null: F).
+    # (OP for int8), `bytes_model` the cold-cache Q, `executed_flops` the work done (null: F),
+    # `footprint_bytes` the bytes its call touches (declared, else its arrays'; null: Q).
     "timed_points": pa.schema(
         [
             ("run_id", _S),
@@ -175,6 +176,7 @@ TABLES: dict[str, pa.Schema] = {
             ("flops", _I),
             ("bytes_model", _I),
             ("executed_flops", _I),
+            ("footprint_bytes", _I),
             ("achieved_flops_per_s", _F),
             ("noisy", _B),
             ("flush_method", _S),

@@ -8,7 +8,10 @@ OP, paired with the OP/s roof `int8_tensor`, never with a FLOP/s roof; the rest 
 FLOP/s roofs); the bytes are the cold-cache model Q_model (q_source "model"), so they belong to one
 memory level only:
 - cold: the memory (DRAM on a CPU, HBM on a GPU) — the flush evicted every cache;
-- warm: the smallest cache level that holds all operands (Q_model bytes), else the memory.
+- warm: the smallest cache level that holds the point's footprint (the bytes its call touches,
+  `footprint_bytes`: a workload's declared footprint, else its arrays'; Q_model where unknown),
+  else the memory. Its traffic Q may be larger (passes over a temporary) or smaller (a chase that
+  visits a few lines of a large array) than what it touches: the footprint decides residence.
 The memory's name is the bandwidth ceiling that is not a cache level of the machine.
 The bandwidth of a level is the best kernel's ceiling on that level in the latest ceilings run of
 the same machine. Points of a machine without ceilings are not computed (never borrowed).
@@ -196,8 +199,9 @@ def roofline_points(
                 dropped.append(unplaced(point, machine_id, "failed_check", why))
                 continue
             path = point_compute_path(run.get("backend"), point)
+            footprint = point.get("footprint_bytes") or point["bytes_model"]
             level = resident_level(
-                point["bytes_model"],
+                footprint,
                 machine["caches"],
                 point["cache_state"],
                 machine.get("memory_level", MEMORY_LEVEL),
@@ -208,7 +212,7 @@ def roofline_points(
                 continue
             if level not in machine["bandwidth"]:
                 why = (
-                    f"its {point['bytes_model']} B sit in {level}, which has no bandwidth "
+                    f"its {footprint} B sit in {level}, which has no bandwidth "
                     "ceiling (the ceilings sweep did not reach it: ceilings.max_working_set)"
                 )
                 dropped.append(unplaced(point, machine_id, "level_not_measured", why))
@@ -246,6 +250,7 @@ def roofline_points(
                     "level": level,
                     "q_source": "model",
                     "bytes": point["bytes_model"],
+                    "footprint_bytes": footprint,
                     "flops": point["flops"],
                     "work_unit": unit,
                     "intensity": b.intensity,

@@ -12,7 +12,8 @@ A factory gets one case's params (one combination of the config's lists) and a `
 its allocation, and returns a `Workload`: `run()` is one call of the work with its arguments bound;
 `flops` the useful FLOPs (the ledger's F), `bytes` the modelled bytes across the boundary named by
 the memory level it is judged against (Q, cold cache); `executed_flops` what the implementation
-really executes where that differs; `check()` the largest relative error of run()'s output against
+really executes where that differs; `footprint` the bytes run() touches (its working set, apart
+from the traffic ledger: which cache level holds it warm), where its `arrays` do not tell; `check()` the largest relative error of run()'s output against
 a reference computed another way, compared with `tolerance`; `arrays` the arrays run() touches,
 which a cold sample evicts (else the caches are flushed by a buffer). rooflab times `run` with the
 backend's timer and the usual discipline; nothing here imports numpy, numba or CuPy.
@@ -48,6 +49,9 @@ class Workload:
     # The arrays run() reads and writes: a cold sample evicts them from every cache level where
     # the backend can (the CPU's); without them, or elsewhere, the caches are flushed by a buffer.
     arrays: tuple = ()
+    # The bytes run() touches (its working set, not its traffic): a warm point is judged against
+    # the smallest cache level that holds them. None: the bytes of `arrays`, else `bytes`.
+    footprint: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ def _positive_int(value: object, what: str, name: str) -> int:
 
 def checked(workload: object, name: str) -> Workload:
     """The factory's result, refused in one line naming `name` unless it is a Workload with a
-    callable `run`, positive integer `flops` and `bytes` (and `executed_flops` if given), and a
+    callable `run`, positive integer `flops` and `bytes` (and `executed_flops`, `footprint` if given), and a
     `tolerance` > 0 wherever there is a `check`."""
     if not isinstance(workload, Workload):
         raise WorkloadError(
@@ -114,6 +118,8 @@ def checked(workload: object, name: str) -> Workload:
     _positive_int(workload.bytes, "bytes", name)
     if workload.executed_flops is not None:
         _positive_int(workload.executed_flops, "executed_flops", name)
+    if workload.footprint is not None:
+        _positive_int(workload.footprint, "footprint", name)
     if not isinstance(workload.arrays, tuple | list):
         raise WorkloadError(
             f"{name}: Workload.arrays is a {type(workload.arrays).__name__}, not a tuple of arrays"

@@ -455,8 +455,7 @@ def pointer_chase(params: dict, ctx: Context) -> Workload:
     if steps * (n - 1) >= 2**53:
         raise WorkloadError(f"{name}: steps × n must stay below 2^53 (an exact fp64 checksum)")
     order = ctx.rng.permutation(n).astype(np.int64)  # the cycle's visiting order
-    next_host = _cycle(order)
-    start = np.int64(order[0])
+    next_host, start = _cycle(order), np.int64(order[0])
     next_index = ctx.xp.asarray(next_host)  # (on the CPU, next_host itself)
     out_index, out_sum = ctx.xp.zeros(1, dtype=np.int64), ctx.xp.zeros(1, dtype=np.float64)
     if cuda:
@@ -494,6 +493,7 @@ def pointer_chase(params: dict, ctx: Context) -> Workload:
         # The useful bytes: one 8-byte index per hop (past the caches a hop moves a whole line,
         # 64 B on the CPU, a 32 B sector or more on the GPU); the time is the loads' latency.
         bytes=8 * steps,
+        footprint=8 * n + 16,  # the whole cycle and the results, whatever the hops: n, not Q
         arrays=(next_index, out_index, out_sum),
         check=check,
         tolerance=2.0**-54,
