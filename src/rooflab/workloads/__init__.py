@@ -13,9 +13,10 @@ its allocation, and returns a `Workload`: `run()` is one call of the work with i
 `flops` the useful FLOPs (the ledger's F), `bytes` the modelled bytes across the boundary named by
 the memory level it is judged against (Q, cold cache); `executed_flops` what the implementation
 really executes where that differs; `footprint` the bytes run() touches (its working set, apart
-from the traffic ledger: which cache level holds it warm), where its `arrays` do not tell; `check()` the largest relative error of run()'s output against
-a reference computed another way, compared with `tolerance`; `arrays` the arrays run() touches,
-which a cold sample evicts (else the caches are flushed by a buffer). rooflab times `run` with the
+from the traffic ledger: which cache level holds it warm), where its `arrays` do not tell;
+`check()` the largest relative error of run()'s output against a reference computed another way,
+compared with `tolerance`; `arrays` the arrays run() touches, which a cold sample evicts (else the
+caches are flushed by a buffer). rooflab times `run` with the
 backend's timer and the usual discipline; nothing here imports numpy, numba or CuPy.
 """
 
@@ -106,8 +107,8 @@ def _positive_int(value: object, what: str, name: str) -> int:
 
 def checked(workload: object, name: str) -> Workload:
     """The factory's result, refused in one line naming `name` unless it is a Workload with a
-    callable `run`, positive integer `flops` and `bytes` (and `executed_flops`, `footprint` if given), and a
-    `tolerance` > 0 wherever there is a `check`."""
+    callable `run`, positive integer `flops` and `bytes` (and `executed_flops`, `footprint` if
+    given), and a `tolerance` > 0 wherever there is a `check`."""
     if not isinstance(workload, Workload):
         raise WorkloadError(
             f"{name}: the factory returned {type(workload).__name__}, not a rooflab.Workload"
