@@ -27,7 +27,7 @@ from tests.campaigns import TINY
 from tests.conftest import copy_workflow, installed_script
 
 FIRST_WITHIN, FINAL_WITHIN = 2.0, 1.5
-DURATION = r"(?:\d+ h )?(?:\d+ min )?\d+ (?:s|min)"
+DURATION = r"(?:\d+ h )?(?:\d+ min )?\d+(?:\.\d)? (?:s|min)"
 PROGRESS = re.compile(rf"\((?P<spent>{DURATION}) in, (?P<left>{DURATION}) left\)")
 DONE = re.compile(
     rf"done: \d+ of \d+ in (?P<took>{DURATION})"
@@ -36,10 +36,10 @@ DONE = re.compile(
 
 
 def seconds(text: str) -> float:
-    """`2 min 05 s`, `1 h 07 min`, `45 s` (rooflab.progress.duration) in seconds."""
+    """`2 min 05 s`, `1 h 07 min`, `45 s`, `2.4 s` (rooflab.progress.duration) in seconds."""
     scale = {"h": 3600, "min": 60, "s": 1}
     parts = text.split()
-    return float(sum(int(n) * scale[u] for n, u in zip(parts[::2], parts[1::2], strict=True)))
+    return sum(float(n) * scale[u] for n, u in zip(parts[::2], parts[1::2], strict=True))
 
 
 def job_figures(log: str) -> dict | None:
@@ -59,11 +59,11 @@ def job_figures(log: str) -> dict | None:
 
 
 def ratio(estimate: float | None, took: float) -> float | None:
-    """Estimate over time taken; a job under a second is judged as taking one (the log's
-    durations are whole seconds)."""
+    """Estimate over time taken; a job under half a second is judged as taking that long (the
+    log's durations are tenths of a second there)."""
     if estimate is None:
         return None
-    return max(estimate, 1.0) / max(took, 1.0)
+    return max(estimate, 0.5) / max(took, 0.5)
 
 
 def within(value: float | None, factor: float) -> bool:

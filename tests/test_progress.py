@@ -48,8 +48,11 @@ class FakeClock:
 
 
 def test_durations_read_as_people_say_them():
-    assert [duration(s) for s in (0.4, 12, 59.6, 125, 3725)] == [
-        "0 s",
+    assert [duration(s) for s in (0.04, 0.4, 2.46, 9.96, 12, 59.6, 125, 3725)] == [
+        "0.0 s",
+        "0.4 s",
+        "2.5 s",
+        "10 s",
         "12 s",
         "1 min 00 s",
         "2 min 05 s",
@@ -247,7 +250,7 @@ def test_the_log_gets_a_line_every_few_seconds():
         clock.advance(1.0)
     progress.close()
     lines = log.getvalue().splitlines()
-    assert lines[0] == "[gemm a] 1/10 c0 (0 s in, 10 s left)"
+    assert lines[0] == "[gemm a] 1/10 c0 (0.0 s in, 10 s left)"
     assert [line.split()[3] for line in lines[:-1]] == ["c0", "c3", "c6", "c9"]
     assert lines[-1] == "[gemm a] done: 10 of 10 in 10 s (planned 10 s; first estimate 10 s)"
 
@@ -336,14 +339,14 @@ def test_a_job_writes_its_status_line_to_its_controlling_terminal_only_when_aske
     shown = written.decode()
     if mode == "tty":
         # the first line after Snakemake's `Select jobs to execute...`, two seconds in
-        assert re.match(r"\rgemm a: ([7-9]|10)/10 m\d(, \d s left)?\x1b\[K\r", shown), shown
+        assert re.match(r"\rgemm a: ([7-9]|10)/10 m\d(, \d\.\d s left)?\x1b\[K\r", shown), shown
         assert "a: 1/10 " not in shown and "\rgemm a: 10/10 m9\x1b[K" in shown
-        assert re.search(r"\rgemm a: done, 10 of 10 in \d s\x1b\[K\r\n$", shown)
+        assert re.search(r"\rgemm a: done, 10 of 10 in \d\.\d s\x1b\[K\r\n$", shown)
     else:
         assert shown == ""
     logged = log.read_text()
-    assert logged.startswith("[gemm a] 1/10 m0 (0 s in, 3 s left)\n")
-    done = r"^\[gemm a\] done: 10 of 10 in \d s \(planned 3 s; first estimate 3 s\)$"
+    assert logged.startswith("[gemm a] 1/10 m0 (0.0 s in, 3.0 s left)\n")
+    done = r"^\[gemm a\] done: 10 of 10 in \d\.\d s \(planned 3\.0 s; first estimate 3\.0 s\)$"
     assert re.search(done, logged, re.M)
 
 
@@ -425,7 +428,7 @@ def test_a_failed_job_clears_its_line():
             raise RuntimeError("out of memory")
         written = _read_all(controller).decode()
     os.close(controller)
-    assert written == "\rgemm a: 1/2 fp64/nn/m1_n16_k16 warm, 1 s left\x1b[K\r\x1b[K"
+    assert written == "\rgemm a: 1/2 fp64/nn/m1_n16_k16 warm, 0.8 s left\x1b[K\r\x1b[K"
 
 
 def test_cases_of_unknown_work_promise_nothing_until_one_is_timed():
@@ -442,5 +445,5 @@ def test_cases_of_unknown_work_promise_nothing_until_one_is_timed():
     progress.close()
     # the first ETA came with the second item: 3 s in, 6 s left
     assert log.getvalue().splitlines()[-1] == (
-        "[workload chase] done: 4 of 4 in 9 s (planned 9 s; first estimate 9 s)"
+        "[workload chase] done: 4 of 4 in 9.0 s (planned 9.0 s; first estimate 9.0 s)"
     )

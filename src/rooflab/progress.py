@@ -38,8 +38,11 @@ CLEAR_TO_END = "\x1b[K"
 
 
 def duration(seconds: float) -> str:
-    """`45 s`, `2 min 05 s`, `1 h 07 min`."""
-    whole = max(0, round(seconds))
+    """`2.4 s`, `45 s`, `2 min 05 s`, `1 h 07 min`: a tenth of a second below ten seconds (a
+    short job's plan and its time are told apart), whole units above."""
+    if seconds < 9.95:
+        return f"{max(0.0, seconds):.1f} s"
+    whole = round(seconds)
     if whole < 60:
         return f"{whole} s"
     minutes, secs = divmod(whole, 60)
