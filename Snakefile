@@ -33,6 +33,7 @@ include: "rules/workloads.smk"
 include: "rules/counters.smk"
 include: "rules/stages.smk"
 include: "rules/timelines.smk"
+include: "rules/imports.smk"
 include: "rules/roofline.smk"
 include: "rules/store.smk"
 
@@ -40,6 +41,7 @@ include: "rules/store.smk"
 # Light rules run where Snakemake runs, never on a cluster node: ingest, the only writer of the
 # database, stays on one host (docs/cluster.md).
 localrules:
+    import_profile,
     roofline,
     ingest,
     report,

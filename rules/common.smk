@@ -81,6 +81,18 @@ def workload_receipts(wildcards=None):
     )
 
 
+def import_receipts(wildcards=None):
+    return expand("results/imports/{name}/receipt.json", name=sorted(config["imports"]))
+
+
+def import_file(wildcards):
+    return config["imports"][wildcards.name]["file"]
+
+
+def import_tool(wildcards):
+    return config["imports"][wildcards.name]["tool"]
+
+
 def ceilings_receipts(wildcards=None):
     return expand("results/ceilings/{machine}/receipt.json", machine=MACHINES)
 

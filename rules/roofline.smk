@@ -2,7 +2,8 @@
 # bytes), hierarchical points from trusted, correctly paired hardware counters, and per ceilings
 # run what the report draws beside them: cache capacities, datasheet roofs, stage bounds; and each
 # timed point that got no Roofline point, with why; and why each point (each timeline step, each
-# measured stage and schedule) sits where it does.
+# measured stage and schedule) sits where it does; and each imported profile's operators on the
+# ceilings of the machine that imported it.
 rule roofline:
     input:
         ceilings=ceilings_receipts,
@@ -11,6 +12,7 @@ rule roofline:
         workloads=workload_receipts,
         timelines=timeline_receipts,
         stage_runs=stage_receipts,
+        imports=import_receipts,
         devices=DEVICES_FILE,
     output:
         points="results/roofline/roofline_points.parquet",

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from rooflab import __version__
 from rooflab.cli.compare import FAIL_ON, cmd_compare
 from rooflab.cli.explain import cmd_explain
+from rooflab.cli.imports import add_import_options, cmd_import
 from rooflab.cli.measure import cmd_measure_ceilings, cmd_measure_counters, cmd_measure_gemm
 from rooflab.cli.measure_stages import cmd_measure_stages
 from rooflab.cli.measure_timeline import cmd_measure_timeline
@@ -43,7 +44,8 @@ RUN_KINDS = (
     "counters",
     "stages",
     "timeline",
-)  # runs.kind: what a job measured
+    "import",
+)  # runs.kind: what a job measured (import: a profile another tool recorded)
 FORMAT_HELP = (
     "table (the default: aligned, units in the header), or csv or json (numbers in base units: "
     "s, B, FLOP, FLOP/s, B/s)"
@@ -300,6 +302,16 @@ def build_parser() -> argparse.ArgumentParser:
     sql.set_defaults(handler=cmd_sql)
     runs.set_defaults(handler=cmd_runs)
     schema.set_defaults(handler=cmd_schema)
+
+    imported = commands.add_parser(
+        "import", help="a profile you have (torch.profiler trace, ncu CSV) on measured roofs"
+    )
+    imported.add_argument("tool", choices=("torch", "ncu"), help="the tool that wrote FILE")
+    imported.add_argument("file", help="torch: a Chrome trace (.json, .json.gz); ncu: raw CSV")
+    add_import_options(imported)
+    imported.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    add_format(imported)
+    imported.set_defaults(handler=cmd_import)
 
     report = commands.add_parser("report", help="the HTML report, with a PNG and SVG per chart")
     report.add_argument("--db", default=str(DEFAULT_DB), help=db_help)

@@ -22,6 +22,7 @@ FAIL_ON = ("regression", "any-slower")
 def cmd_compare(args) -> int:
     from rooflab.store import StoreError, connect_read_only
     from rooflab.store.comparisons import compare_runs
+    from rooflab.store.import_comparisons import compare_imports
 
     if not 0 <= args.min_effect < 1:
         raise UsageError(f"compare: --min-effect must be in [0, 1), got {args.min_effect}")
@@ -44,6 +45,8 @@ def cmd_compare(args) -> int:
             machine=args.machine,
             min_effect=args.min_effect,
         )
+        imported = compare_imports(connection, args.baseline, args.candidate, args.min_effect)
+        rows += [r for r in imported if args.machine in (None, r["machine_id"])]
     finally:
         connection.close()
     if not rows:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from rooflab.backends.base import BackendError
 from rooflab.config import ConfigError
+from rooflab.imports import ProfileError
 from rooflab.model import ModelError
 from rooflab.records import NotWritable
 from rooflab.store import StoreError
@@ -28,6 +29,7 @@ INPUT_ERRORS = (
     StoreError,
     NotWritable,
     WorkloadError,
+    ProfileError,
 )
 
 

@@ -81,6 +81,37 @@ DERIVED: dict[str, pa.Schema] = {
             ("replay_clock_mhz", _F),  # a counted point's: the SM clock ncu saw in its replay
         ]
     ),
+    # Derived: each imported operator (imported_operators) on the latest ceilings of its import
+    # run's machine (roofline.imported): its roof, level, bound, efficiency and diagnosis (`cause`,
+    # `next_step`, `predicted_s`); `unplaced` why one has none (no ledger, no such roof).
+    "imported_points": pa.schema(
+        [
+            ("run_id", _S),
+            ("machine_id", _S),
+            ("ceilings_run_id", _S),
+            ("index", _I),
+            ("op", _S),
+            ("dtype", _S),
+            ("time_s", _F),
+            ("flops", _I),
+            ("bytes", _I),
+            ("intensity", _F),
+            ("level", _S),
+            ("compute_path", _S),
+            ("achieved_flops_per_s", _F),
+            ("attainable_flops_per_s", _F),
+            ("peak_flops_per_s", _F),
+            ("bandwidth_b_per_s", _F),
+            ("bound_s", _F),
+            ("limiter", _S),
+            ("efficiency", _F),
+            ("cause", _S),
+            ("next_step", _S),
+            ("predicted_s", _F),
+            ("unplaced", _S),
+            ("levels", _S),  # JSON: per level bounded (bytes, intensity, attainable)
+        ]
+    ),
     # Derived, per ceilings run: each cache level's bytes, reported and measured (its sweeps' edge).
     "cache_capacities": pa.schema(
         [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I), ("measured_bytes", _I)]

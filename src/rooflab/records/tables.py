@@ -237,6 +237,52 @@ TABLES: dict[str, pa.Schema] = {
     # wall time per step, launch to synchronise (the samples' median); busy_s: the kernels' own
     # times summed in one instrumented step (`busy_method`: how); gap_s = step_s - busy_s;
     # kernels: launches (calls) per step; flops and bytes: the step's ledger (cold-cache bytes).
+    # A profile another tool recorded (docs/imports.md), read by an import run (runs.kind
+    # "import", runs.sweep its name in the config): where it came from, one row per run.
+    # `recorded_at` ISO 8601 UTC as the profile says (null: it does not); `settings` JSON (ncu:
+    # replay mode, cache and clock control); `notes` JSON list of lines (metrics missing, ...).
+    "imported_profiles": pa.schema(
+        [
+            ("run_id", _S),
+            ("name", _S),
+            ("file", _S),
+            ("sha256", _S),
+            ("tool", _S),
+            ("tool_version", _S),
+            ("device", _S),
+            ("recorded_at", _S),
+            ("settings", _S),
+            ("notes", _S),
+            ("operators", _I),
+        ]
+    ),
+    # One row per operator (torch: a CPU op, or a GPU kernel with its launching op) or kernel
+    # (ncu) of an imported profile (rooflab.imports.OPERATOR_COLUMNS): `index` its order, `time_s`
+    # its own duration as the profile measured it, `flops` (F; null: no ledger) and `bytes` (Q)
+    # with their sources; `parent` the index of the operator it runs inside (torch: its enclosing
+    # op, or a kernel's launching op); `nested` inside another (its time is in its parent's);
+    # `input_dims` JSON; `counted` JSON (ncu: bytes per level, FLOPs per path, replay clock).
+    "imported_operators": pa.schema(
+        [
+            ("run_id", _S),
+            ("index", _I),
+            ("op", _S),
+            ("kind", _S),
+            ("parent", _I),
+            ("nested", _B),
+            ("input_dims", _S),
+            ("dtype", _S),
+            ("start_s", _F),
+            ("time_s", _F),
+            ("thread", _S),
+            ("flops", _I),
+            ("flops_source", _S),
+            ("bytes", _I),
+            ("q_source", _S),
+            ("ledger", _S),
+            ("counted", _S),
+        ]
+    ),
     "timeline_steps": pa.schema(
         [
             ("run_id", _S),

@@ -34,6 +34,7 @@ from rooflab.roofline.diagnosis import (
     stage_diagnoses,
     timeline_points,
 )
+from rooflab.roofline.imported import imported_points
 from rooflab.roofline.points import RooflinePoints, build_points, ceiling_values
 from rooflab.vocabulary import measured_cache_bytes
 
@@ -149,6 +150,7 @@ def build_analysis(
     counters_runs: Iterable[Path] = (),
     timeline_runs: Iterable[Path] = (),
     stage_runs: Iterable[Path] = (),
+    import_runs: Iterable[Path] = (),
     *,
     stages: dict | None = None,
     devices_file: str | Path | None = None,
@@ -156,12 +158,13 @@ def build_analysis(
     """The one way run folders become what the store derives from them (the workflow's roofline
     step and the tests alike): the Roofline points (`build_points`), and per ceilings run its
     cache capacities, the matching datasheet's roofs and the `stages` scenarios' bounds."""
-    ceilings_runs, gemm_runs, counters_runs, timeline_runs, stage_runs = (
+    ceilings_runs, gemm_runs, counters_runs, timeline_runs, stage_runs, import_runs = (
         list(ceilings_runs),
         list(gemm_runs),
         list(counters_runs),
         list(timeline_runs),
         list(stage_runs),
+        list(import_runs),
     )
     points = build_points(ceilings_runs, gemm_runs, counters_runs)
     tables: dict[str, list[dict]] = {name: [] for name in DERIVED_TABLES}
@@ -171,8 +174,10 @@ def build_analysis(
     tables["point_diagnoses"] = [diagnose(point) for point in [*points.rows, *steps]]
     tables["point_diagnoses"] += pair_diagnoses(points.model, tables["point_diagnoses"])
     tables["point_diagnoses"] += stage_diagnoses(stage_runs)
+    tables["imported_points"] = imported_points(import_runs, points.ceilings)
     notes: list[str] = []
     analysed = [*ceilings_runs, *gemm_runs, *counters_runs, *timeline_runs, *stage_runs]
+    analysed += import_runs
     for run_dir in dict.fromkeys(analysed):
         run_tables = read_run(run_dir)
         (run,) = run_tables["runs"].to_pylist()
@@ -193,14 +198,14 @@ def build_analysis(
 
 # A run's kind -> the argument of build_analysis its folder goes to (others derive nothing).
 _ANALYSED_KINDS = {"ceilings": 0, "gemm": 1, "workload": 1, "counters": 2, "timeline": 3}
-_ANALYSED_KINDS["stages"] = 4
+_ANALYSED_KINDS |= {"stages": 4, "import": 5}
 
 
 def kept_run_folders(results_dir: str | Path) -> tuple[list[list[Path]], list[str]]:
     """Every kept run folder under `results_dir` that derives rows ([ceilings, timings,
-    counters, timelines, stages], oldest first), whatever campaign config made it; a note for
-    each folder that cannot be read (the store sets those aside and names them too)."""
-    found: list[list[Path]] = [[], [], [], [], []]
+    counters, timelines, stages, imports], oldest first), whatever campaign config made it; a
+    note for each folder that cannot be read (the store sets those aside and names them too)."""
+    found: list[list[Path]] = [[] for _ in range(6)]
     notes = []
     for folder in find_run_folders(results_dir):
         try:
@@ -220,10 +225,8 @@ def analyse_results(
     """build_analysis over every kept run under `results_dir` (kept_run_folders): what the
     roofline step and `rooflab store rebuild` derive, so that the store holds the derived rows of
     every kept run, not only of the sweeps in the current config."""
-    (ceilings, timings, counters, timelines, stage_runs), unread = kept_run_folders(results_dir)
-    analysis = build_analysis(
-        ceilings, timings, counters, timelines, stage_runs, stages=stages, devices_file=devices_file
-    )
+    folders, unread = kept_run_folders(results_dir)
+    analysis = build_analysis(*folders, stages=stages, devices_file=devices_file)
     return Analysis(analysis.points, analysis.tables, analysis.notes + unread)
 
 

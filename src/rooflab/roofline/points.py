@@ -74,9 +74,6 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
             continue
         peak, bandwidth = ceiling_values(tables)
         caches = cache_bytes_by_level(json.loads(run["machine"])) if run["machine"] else {}
-        # Not "every level that is not a cache of the identity": a GPU's L1 has a ceiling but is no
-        # home for a warm GEMM's operands (it does not outlive a kernel).
-        memories = sorted(name for name in bandwidth if name in MEMORY_LEVELS)
         latest[run["machine_id"]] = {
             "run_id": run["run_id"],
             "started_at": run["started_at"],
@@ -85,9 +82,17 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
             "peak_unit": compute_units(tables),
             "bandwidth": bandwidth,
             "caches": caches,
-            "memory_level": memories[0] if len(memories) == 1 else MEMORY_LEVEL,
+            "memory_level": memory_level(bandwidth),
         }
     return latest
+
+
+def memory_level(bandwidth: dict[str, float]) -> str:
+    """The memory behind the caches among a run's measured levels: DRAM or HBM. Not "every level
+    that is not a cache of the identity": a GPU's L1 has a ceiling but is no home for a warm
+    GEMM's operands (it does not outlive a kernel)."""
+    memories = sorted(name for name in bandwidth if name in MEMORY_LEVELS)
+    return memories[0] if len(memories) == 1 else MEMORY_LEVEL
 
 
 def ceiling_values(tables: dict) -> tuple[dict[str, float], dict[str, float]]:

@@ -18,7 +18,8 @@ The modules (every name is importable from here, as before the split):
 - `metrics`: which metrics per chip, what a chip has, bytes per level and FLOPs per path;
 - `command`: the ncu command line and NVTX filter, its version and failures, running one profile,
   the `counters` rows of a result;
-- `raw_csv`: parsing ncu's raw CSV (thousands separators), replay passes, sums over kernels.
+- `raw_csv`: parsing ncu's raw CSV (its table, thousands separators), replay passes, sums over
+  kernels.
 """
 
 from rooflab.counters.ncu.command import (
@@ -71,7 +72,10 @@ from rooflab.counters.ncu.raw_csv import (
     CounterParseError,
     KernelMetric,
     MetricTotal,
+    RawPage,
     parse_ncu_csv,
+    parse_number,
+    read_raw_page,
     replay_passes,
     sum_over_kernels,
 )
@@ -104,6 +108,7 @@ __all__ = [
     "NcuResult",
     "NcuVersion",
     "PathFlops",
+    "RawPage",
     "base_name",
     "bytes_by_level",
     "counter_rows",
@@ -118,9 +123,11 @@ __all__ = [
     "nvtx_push_pop_filter",
     "parse_ncu_csv",
     "parse_ncu_version",
+    "parse_number",
     "parse_query_metrics",
     "plan_collection",
     "query_available_metrics",
+    "read_raw_page",
     "replay_passes",
     "run_ncu",
     "sum_over_kernels",

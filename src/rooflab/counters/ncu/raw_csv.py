@@ -34,7 +34,8 @@ class KernelMetric:
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 
 
-def _number(raw: str) -> float | None:
+def parse_number(raw: str) -> float | None:
+    """A value as ncu prints it (`1,037,411,296`, `0.59`); None for `n/a`, empty or not finite."""
     text = raw.strip()
     if _THOUSANDS.match(text):
         text = text.replace(",", "")
@@ -45,6 +46,44 @@ def _number(raw: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+@dataclass(frozen=True)
+class RawPage:
+    """ncu's raw page as printed: the header, the units row (None where there is none), one
+    record per kernel launch (each as long as the header, its ID a number), and the lines ncu
+    added (`==PROF==`, `==WARNING==`, `==ERROR==`), in order."""
+
+    header: list[str]
+    units: list[str] | None
+    records: list[list[str]]
+    tool_lines: list[str]
+
+
+def read_raw_page(text: str) -> RawPage | None:
+    """The table of `ncu --csv --page raw`: None where there is no header ("ID", ...,
+    "Kernel Name", ...), i.e. no kernel was profiled; a record that does not fit the header is a
+    `CounterParseError`."""
+    lines = text.splitlines()
+    tool_lines = [line for line in lines if line.startswith("==")]
+    start = next(
+        (i for i, line in enumerate(lines) if line.startswith('"ID",') and "Kernel Name" in line),
+        None,
+    )
+    if start is None:
+        return None
+    body = [line for line in lines[start:] if line.strip() and not line.startswith("==")]
+    rows = list(csv.reader(io.StringIO("\n".join(body))))
+    header = rows[0]
+    if "Kernel Name" not in header:
+        raise CounterParseError("header without a 'Kernel Name' column")
+    units, records = None, rows[1:]
+    if records and records[0][:1] == [""]:
+        units, records = records[0], records[1:]
+    for row in records:
+        if len(row) != len(header) or not row[0].strip().isdigit():
+            raise CounterParseError(f"row does not fit the header: {','.join(row)[:120]}")
+    return RawPage(header, units, records, tool_lines)
+
+
 def parse_ncu_csv(text: str, metrics: Collection[str] | None = None) -> list[KernelMetric]:
     """Rows of `ncu --csv --page raw --print-units base`: a header ("ID", "Process ID", ...,
     "Kernel Name", ..., then one column per metric), a row of units, one row per kernel launch.
@@ -52,33 +91,20 @@ def parse_ncu_csv(text: str, metrics: Collection[str] | None = None) -> list[Ker
     the header is an error. No header: no kernel was profiled (an empty list). `metrics`: keep
     only these columns (ncu 2025's raw page adds every device attribute and profiler metric to
     the ones asked for)."""
-    lines = text.splitlines()
-    start = next(
-        (i for i, line in enumerate(lines) if line.startswith('"ID",') and "Kernel Name" in line),
-        None,
-    )
-    if start is None:
+    page = read_raw_page(text)
+    if page is None:
         return []
-    body = [line for line in lines[start:] if line.strip() and not line.startswith("==")]
-    rows = list(csv.reader(io.StringIO("\n".join(body))))
-    header = rows[0]
-    if "Kernel Name" not in header:
-        raise CounterParseError("header without a 'Kernel Name' column")
+    header = page.header
     name_col = header.index("Kernel Name")
     metric_cols = [
         i for i, name in enumerate(header) if "__" in name and (metrics is None or name in metrics)
     ]
-    units = [""] * len(header)
-    records = rows[1:]
-    if records and records[0][:1] == [""]:
-        units, records = records[0], records[1:]
+    units = page.units or [""] * len(header)
     out = []
-    for row in records:
-        if len(row) != len(header) or not row[0].strip().isdigit():
-            raise CounterParseError(f"row does not fit the header: {','.join(row)[:120]}")
+    for row in page.records:
         kernel_id, kernel_name = int(row[0]), row[name_col]
         for i in metric_cols:
-            value = _number(row[i])
+            value = parse_number(row[i])
             out.append(KernelMetric(kernel_id, kernel_name, header[i], value, units[i], row[i]))
     return out
 
