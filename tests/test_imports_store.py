@@ -36,6 +36,11 @@ def store(tmp_path_factory, quick_ceilings_run):
         run_id = tables["runs"][0]["run_id"]
         write_run(results / "imports" / name / "runs", run_id, tables)
         runs[name] = run_id
+    # an H200's export read on this CPU machine (the backend the campaign's job would choose)
+    export = Path(__file__).parent / "fixtures/ncu/gemm/bf16_m4096_n4096_k4096_cache-all.raw.csv"
+    tables = import_tables(read_profile("ncu", export), "gemm", select_backend("auto"))
+    runs["gemm"] = tables["runs"][0]["run_id"]
+    write_run(results / "imports" / "gemm" / "runs", runs["gemm"], tables)
     write_analysis(analyse_results(results), results / "roofline")
     db = results.parent / "rooflab.duckdb"
     ingest(db, results)
@@ -78,6 +83,16 @@ def test_the_roofline_step_places_imported_operators_on_this_machines_ceilings(s
     assert {p["unplaced"] for p in points if p["op"] == "aten::copy_"} == {"no ledger"}
 
 
+def test_a_gpus_export_is_never_placed_under_a_cpus_roofs(store):
+    db, runs = store
+    (backend,) = rows(db, f"SELECT backend FROM runs WHERE run_id = '{runs['gemm']}'")
+    if backend["backend"] != "cpu":
+        pytest.skip("this machine has a GPU: the export goes on its GPU ceilings")
+    (point,) = rows(db, f"SELECT * FROM imported_points WHERE run_id = '{runs['gemm']}'")
+    assert point["efficiency"] is None and point["ceilings_run_id"] is None
+    assert point["unplaced"].startswith("recorded on NVIDIA H200, imported on a cpu machine")
+
+
 def test_two_traces_of_one_model_are_compared_operator_by_operator(store):
     db, runs = store
     connection = connect_read_only(db)
@@ -115,6 +130,9 @@ def test_rooflab_import_places_a_trace_on_this_hosts_measured_roofs(store, capsy
     # 2^20 fp32 elements in and out, 8 MiB: past the L2, under the L3 of this host or in DRAM
     assert {p["op"] for p in placed} >= {"aten::mul", "aten::add", "aten::sum"}
     assert "placed on ceilings run" in out.err and "cpu time without a ledger" in out.err
+    # the trace's timeline: end to end, its thread's busy time and gaps, the top operators
+    assert "rooflab: end to end " in out.err and " busy, " in out.err
+    assert "top operators by share of end to end: aten::" in out.err
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.imported_runs import import_tables
-from rooflab.imports import ProfileError, read_profile
+from rooflab.imports import ProfileError, device_backend, read_profile
 from rooflab.workflow import fails_in_one_line, keep_run, log_to, ready_to_keep
 
 log = log_to(snakemake.log[0])
@@ -14,7 +14,9 @@ with fails_in_one_line(log, ProfileError):  # one line naming the file and the p
     profile = read_profile(tool, Path(snakemake.input.profile))
 for note in profile.notes:
     log.info("%s", note)
-backend = select_backend("cpu" if (profile.device or "cpu") == "cpu" else "cuda")
+# a GPU's profile is placed on this machine's GPU ceilings where it has a GPU (else the roofline
+# step says it has none to place it on)
+backend = select_backend("cpu" if device_backend(profile.device) == "cpu" else "auto")
 receipt = keep_run(import_tables(profile, name, backend), snakemake.output.receipt)
 log.info(
     "kept run %s: %d operators of %s (%s, sha256 %s)",

@@ -12,11 +12,13 @@ from pathlib import Path
 from rooflab.cli.machines import Machine, listed, matching
 from rooflab.cli.output import print_rows
 from rooflab.devices import device_preset
-from rooflab.imports import read_profile
+from rooflab.imports import device_backend, read_profile
+from rooflab.imports.torch_timeline import trace_timeline
 from rooflab.machine import cache_bytes_by_level, cpu_identity
 from rooflab.roofline.imported import measured_roofs, place, preset_roofs, time_without_work
 from rooflab.roofline.points import memory_level
 from rooflab.store import StoreError, query
+from rooflab.units import format_quantity
 
 # The newest ceilings run per machine and backend, best kernel per roof, with its machine identity
 _CEILINGS_SQL = """
@@ -95,8 +97,7 @@ def roofs_of(args, backend: str) -> dict:
 
 def cmd_import(args) -> None:
     profile = read_profile(args.tool, Path(args.file))
-    backend = "cpu" if (profile.device or "cpu") == "cpu" else "cuda"
-    roofs = roofs_of(args, backend)
+    roofs = roofs_of(args, device_backend(profile.device))
     points = place(profile.operators, roofs)
     if args.format == "table":  # the operators that carry work or time of their own
         shown = [p for p in points if not p.get("nested") or p.get("flops") is not None]
@@ -111,9 +112,33 @@ def cmd_import(args) -> None:
     for lane, time in time_without_work(profile.operators).items():
         share = time["share_without_ledger"]
         print(
-            f"rooflab: {lane} time without a ledger or counts: {time['without_ledger_s']:.3g} "
-            f"of {time['total_s']:.3g} s" + (f" ({share:.1%})" if share is not None else ""),
+            f"rooflab: {lane} time without a ledger or counts: "
+            f"{duration_text(time['without_ledger_s'])} of {duration_text(time['total_s'])}"
+            + (f" ({share:.1%})" if share is not None else ""),
             file=sys.stderr,
         )
+    if profile.tool == "torch":
+        for line in timeline_lines(trace_timeline(profile, top=5)):
+            print(f"rooflab: {line}", file=sys.stderr)
     for note in profile.notes:
         print(f"rooflab: {note}", file=sys.stderr)
+
+
+def timeline_lines(timeline: dict) -> list[str]:
+    """A trace's timeline in a few lines: end to end, each lane's busy time and gaps, the top
+    operators by share of end-to-end time."""
+    lines = [f"end to end {duration_text(timeline['end_to_end_s'])}"]
+    for lane in timeline["lanes"]:
+        lines.append(
+            f"{lane['lane']}: {duration_text(lane['busy_s'])} busy, "
+            f"{duration_text(lane['gaps_s'])} in {len(lane['gaps'])} gaps between its events"
+        )
+    top = ", ".join(
+        f"{row['op']} {row['share']:.1%} ({row['calls']} calls)"
+        for row in timeline["top_operators"]
+    )
+    return [*lines, f"top operators by share of end to end: {top}"]
+
+
+def duration_text(seconds: float) -> str:
+    return format_quantity(seconds, "time", 3)

@@ -11,7 +11,15 @@ from pathlib import Path
 
 from rooflab.imports.profile import OPERATOR_COLUMNS, Profile, ProfileError, file_sha256
 
-__all__ = ["OPERATOR_COLUMNS", "TOOLS", "Profile", "ProfileError", "file_sha256", "read_profile"]
+__all__ = [
+    "OPERATOR_COLUMNS",
+    "TOOLS",
+    "Profile",
+    "ProfileError",
+    "device_backend",
+    "file_sha256",
+    "read_profile",
+]
 
 TOOLS = ("torch", "ncu")
 
@@ -28,3 +36,9 @@ def read_profile(tool: str, path: Path) -> Profile:
     else:
         raise ProfileError(f"{path}: no importer for tool {tool!r}; tools: {', '.join(TOOLS)}")
     return read(path)
+
+
+def device_backend(device: str | None) -> str:
+    """The backend whose roofs a profile recorded on `device` belongs on: "cpu" for a CPU
+    trace's, else "cuda"."""
+    return "cpu" if (device or "cpu") == "cpu" else "cuda"

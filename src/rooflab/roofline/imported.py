@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rooflab.counters.points import bypassed_levels
 from rooflab.devices import DevicePreset
+from rooflab.imports import device_backend
 from rooflab.imports.torch_trace import ledger_coverage
 from rooflab.model import ModelError, hierarchical_bound
 from rooflab.records import read_run
@@ -257,8 +258,15 @@ def imported_points(run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list
         ]
         machine_id = run["machine_id"]
         machine = ceilings.get(machine_id)
+        (profile,) = tables["imported_profiles"].to_pylist()
+        why = f"no ceilings run of its machine {machine_id}"
+        if device_backend(profile["device"]) != run["backend"]:
+            machine = None  # a GPU's kernels never go under a CPU's roofs, nor the reverse
+            why = (
+                f"recorded on {profile['device']}, imported on a {run['backend']} machine: "
+                "place it with `rooflab import --device PRESET`, or import it where it ran"
+            )
         if machine is None:
-            why = f"no ceilings run of its machine {machine_id}"
             placed = [op | dict.fromkeys(PLACEMENT_COLUMNS) | {"unplaced": why} for op in operators]
         else:
             placed = place(operators, measured_roofs(machine_id, machine, run["backend"]))
