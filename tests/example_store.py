@@ -1,7 +1,9 @@
 """The store the docs' `<!-- example store -->` examples run on (tests/test_readme.py): one ceilings
 run of an NVIDIA H200 whose values are those of run 3 in docs/measurements/2026-11-30-h200.md
-(the run id, machine id and host are made up; every figure is that run's)."""
+(the run id, machine id and host are made up; every figure is that run's); beside it, the files
+docs/imports.md imports (recorded H200 ncu exports, tests/fixtures/ncu/README.md)."""
 
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,6 +15,13 @@ RUN_ID = "20261130T233412Z-5d0c9e27"
 MACHINE_ID = "7c1e2f9a40b3d568"
 HOST = "h200-vm"
 STARTED_AT = datetime(2026, 11, 30, 23, 34, 12, tzinfo=UTC)
+
+# the profiles docs/imports.md imports, copied beside the store under these names
+PROFILES = {
+    "bf16_gemm.raw.csv": "ncu/gemm/bf16_m4096_n4096_k4096_cache-all.raw.csv",
+    "bf16_gemm_m64.raw.csv": "ncu/gemm/bf16_m64_n4096_k4096_cache-all.raw.csv",
+}
+FIXTURES = Path(__file__).parent / "fixtures"
 
 # (kind, name, kernel, dtype, value in B/s or FLOP/s)
 CEILINGS = [
@@ -55,4 +64,6 @@ def build_example_store(folder: Path) -> Path:
     ]
     write_run(results / "ceilings" / "runs", RUN_ID, {"runs": [run], "ceilings": ceilings})
     ingest(results / "rooflab.duckdb", results)
+    for name, fixture in PROFILES.items():
+        shutil.copy(FIXTURES / fixture, folder / name)
     return results / "rooflab.duckdb"

@@ -14,7 +14,7 @@ from rooflab.cli.output import print_rows
 from rooflab.devices import device_preset
 from rooflab.imports import device_backend, read_profile
 from rooflab.imports.torch_timeline import trace_timeline
-from rooflab.machine import cache_bytes_by_level, cpu_identity
+from rooflab.machine import CacheInfoUnavailable, cache_bytes_by_level, cpu_identity
 from rooflab.roofline.imported import measured_roofs, place, preset_roofs, time_without_work
 from rooflab.roofline.points import memory_level
 from rooflab.store import StoreError, query
@@ -39,7 +39,7 @@ JSON_COLUMNS = (
     "index", "op", "kind", "parent", "input_dims", "dtype", "start_s", "time_s", "thread",
     "flops", "flops_source", "bytes", "q_source", "intensity", "level", "compute_path",
     "achieved_flops_per_s", "attainable_flops_per_s", "bound_s", "limiter", "efficiency",
-    "cause", "next_step", "predicted_s", "unplaced",
+    "cause", "next_step", "predicted_s", "unplaced", "levels",
 )  # fmt: skip
 
 
@@ -89,10 +89,18 @@ def roofs_of(args, backend: str) -> dict:
         "run_id": newest[0]["run_id"],
         "peak": {r["name"]: r["value"] for r in newest if r["kind"] == "compute"},
         "bandwidth": bandwidth,
-        "caches": cache_bytes_by_level(json.loads(newest[0]["machine"] or "{}")),
+        "caches": _caches(newest[0]["machine"]),
         "memory_level": memory_level(bandwidth),
     }
     return measured_roofs(machine_id, ceilings, backend, newest[0]["host"])
+
+
+def _caches(identity: str | None) -> dict[str, int]:
+    """The data caches of a machine's identity (none known: its model bytes sit in memory)."""
+    try:
+        return cache_bytes_by_level(json.loads(identity or "{}"))
+    except CacheInfoUnavailable:
+        return {}
 
 
 def cmd_import(args) -> None:
