@@ -14,14 +14,16 @@
 # Everything it writes goes to $OUT if set, else to build/device_check/: the log, the test report,
 # the summary and the references (device_check.log, gpu-tests.xml, summary.txt, references.json)
 # as plain files, and each step's folders packed into one archive (campaign.tar.gz: logs and
-# report; store.tar.gz: the DuckDB file; nvml.tar.gz; ncu_fixtures.tar.gz), because a lent
+# report; store.tar.gz: the DuckDB file; nvml.tar.gz; ncu_fixtures.tar.gz, with the CUDA torch
+# traces in its torch_cuda/), because a lent
 # machine sends back at most 8 files.
 # STEPS (default "tests campaign fixtures references"): which steps run after the install, each
 # under its cap in seconds and never past TOTAL_S (default 570, for a 600 s command; a step with
 # under 20 s left is skipped and named as such): tests (TESTS_TIMEOUT_S, 240), campaign and its
 # summary (CAMPAIGN_TIMEOUT_S, 260), fixtures (FIXTURES_TIMEOUT_S, 120:
 # tests/fixtures/nvml/record.py and its tests, then tests/fixtures/ncu/record_gemm.py, ncu on
-# PATH), references (REFERENCES_TIMEOUT_S, 90: benchmarks/gpu_ceilings_vs_references.py, the
+# PATH, then tests/fixtures/torch/record_traces.py --device cuda: the CUDA traces owed to
+# issue 45, imported once here), references (REFERENCES_TIMEOUT_S, 90: benchmarks/gpu_ceilings_vs_references.py, the
 # peers: cudaMemcpyAsync, CuPy, PyTorch); not by default: adaptive (ADAPTIVE_TIMEOUT_S, 200:
 # benchmarks/ceilings_adaptive.py on the GPU, the stopping rule's ceilings vs the fixed budgets),
 # host_link (HOST_LINK_TIMEOUT_S, 60: tests/gpu/test_host_link_gpu.py with every case's rate
@@ -226,6 +228,23 @@ if wants fixtures "$FIXTURES_TIMEOUT_S"; then
     # afterwards. A cut run keeps the configurations it finished (each writes its own files).
     (cd "$REPO" && timeout "$LIMIT" "$PY" tests/fixtures/ncu/record_gemm.py \
         --out "$OUT/ncu_fixtures") || FAILED+=("ncu fixtures")
+    step "torch fixtures: tests/fixtures/torch/record_traces.py --device cuda (fp32, bf16)"
+    # CUDA traces for rooflab import torch (issue 45), with the machine's torch, with what the
+    # README beside them needs (torch, CUDA, driver, GPU, date), then read back by the importer
+    # here. Packed inside ncu_fixtures.tar.gz (a lent machine sends back at most 8 files): its
+    # torch_cuda/ folder goes to tests/fixtures/torch/.
+    TORCH_OUT="$OUT/ncu_fixtures/torch_cuda"
+    mkdir -p "$TORCH_OUT"
+    (cd "$REPO" && for dtype in fp32 bf16; do
+        timeout 60 "$PY" tests/fixtures/torch/record_traces.py --device cuda --dtype "$dtype" \
+            --out "$TORCH_OUT" || exit 1
+    done && { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv;
+              "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+            } > "$TORCH_OUT/recorded.txt" 2>&1 \
+        && for trace in "$TORCH_OUT"/*_cuda*.json*; do
+            "$PY" -m rooflab import torch "$trace" --device h200-sxm --format json \
+                > "${trace%%.json*}.import.json" || exit 1
+        done) || FAILED+=("torch fixtures")
     pack ncu_fixtures
 fi
 

@@ -112,6 +112,16 @@ DERIVED: dict[str, pa.Schema] = {
             ("levels", _S),  # JSON: per level bounded (bytes, intensity, attainable)
         ]
     ),
+    # Derived: the critical path of an imported torch trace's own dependencies (roofline.
+    # imported_timeline, imports.torch_timeline): one row per event on it, first to last
+    # (`position`), with its lane ("cpu thread N", "gpu stream N"), `start_s` (from the trace's
+    # first event) and `on_path_s` (the part of its time the path waited on); the path's own
+    # `path_s` (first start to last end), `path_busy_s` and `path_waiting_s` on every row.
+    "imported_critical_path": pa.schema(
+        [("run_id", _S), ("machine_id", _S), ("position", _I), ("index", _I), ("op", _S)]
+        + [("lane", _S), ("start_s", _F), ("on_path_s", _F)]
+        + [("path_s", _F), ("path_busy_s", _F), ("path_waiting_s", _F)]
+    ),
     # Derived, per ceilings run: each cache level's bytes, reported and measured (its sweeps' edge).
     "cache_capacities": pa.schema(
         [("run_id", _S), ("machine_id", _S), ("level", _S), ("bytes", _I), ("measured_bytes", _I)]
