@@ -1,10 +1,11 @@
 """Does a measuring job's ETA keep its word? Planned vs taken, per job kind, over a campaign
 (targets: every job's first estimate within 2x of the time it took, its final plan within 1.5x).
 
-    python benchmarks/eta_plan.py [--smoke]
+    python benchmarks/eta_plan.py [--smoke | --logs LOGS]
 
 Runs the default campaign (`--smoke`: the tests' tiny one) with `snakemake --cores all` in a
-temporary copy of the workflow, then reads each measuring job's log: its first estimate (the
+temporary copy of the workflow (or, with `--logs`, reads the logs/ folder of a campaign that
+ran), then reads each measuring job's log: its first estimate (the
 seconds it had run plus the seconds it said were left, on its first line that said so), and its
 `done` line: the seconds it took and its final plan (what its items were planned at, each as it
 began, corrections from the items before it included). Prints one row per job and, per kind, the
@@ -70,28 +71,41 @@ def within(value: float | None, factor: float) -> bool:
     return value is not None and 1 / factor <= value <= factor
 
 
+def job_rows(logs: Path) -> list[dict]:
+    """Each measuring job's figures from a campaign's logs/ folder."""
+    rows = []
+    for log in sorted(logs.rglob("*.log")):
+        figures = job_figures(log.read_text(encoding="utf-8", errors="replace"))
+        if figures is not None:
+            job = str(log.relative_to(logs).with_suffix(""))
+            rows.append({"job": job, "kind": job.split("/")[0], **figures})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_smoke(parser)
-    smoke = parser.parse_args().smoke
-    snakemake = installed_script("snakemake")
-    with tempfile.TemporaryDirectory() as folder:
-        workdir = copy_workflow(Path(folder), TINY if smoke else None)
-        subprocess.run([snakemake, "--cores", "all"], cwd=workdir, check=True, capture_output=True)
-        rows = []
-        for log in sorted((workdir / "logs").rglob("*.log")):
-            figures = job_figures(log.read_text(encoding="utf-8", errors="replace"))
-            if figures is not None:
-                job = str(log.relative_to(workdir / "logs").with_suffix(""))
-                rows.append({"job": job, "kind": job.split("/")[0], **figures})
+    parser.add_argument("--logs", type=Path, help="the logs/ folder of a campaign that ran")
+    args = parser.parse_args()
+    smoke = args.smoke
+    if args.logs is not None:
+        rows = job_rows(args.logs)
+    else:
+        snakemake = installed_script("snakemake")
+        with tempfile.TemporaryDirectory() as folder:
+            workdir = copy_workflow(Path(folder), TINY if smoke else None)
+            subprocess.run(
+                [snakemake, "--cores", "all"], cwd=workdir, check=True, capture_output=True
+            )
+            rows = job_rows(workdir / "logs")
     print(f"{'job':44} {'taken':>7} {'first':>7} {'final':>7}  first/taken  final/taken")
     ok = bool(rows)
     for row in rows:
         first, final = ratio(row["first_s"], row["took_s"]), ratio(row["final_s"], row["took_s"])
         row["first"], row["final"] = first, final
-        first_text = f"{row['first_s']:6.0f}s" if row["first_s"] is not None else "      -"
+        first_text = f"{row['first_s']:6.1f}s" if row["first_s"] is not None else "      -"
         print(
-            f"{row['job'][:44]:44} {row['took_s']:6.0f}s {first_text} {row['final_s']:6.0f}s"
+            f"{row['job'][:44]:44} {row['took_s']:6.1f}s {first_text} {row['final_s']:6.1f}s"
             f"  {first or float('nan'):11.2f}  {final:11.2f}"
         )
         # a job of one item gave no estimate before it was done: nothing to keep
