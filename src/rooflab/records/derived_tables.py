@@ -118,9 +118,11 @@ DERIVED: dict[str, pa.Schema] = {
     # first event) and `on_path_s` (the part of its time the path waited on); the path's own
     # `path_s` (first start to last end), `path_busy_s` and `path_waiting_s` on every row.
     "imported_critical_path": pa.schema(
-        [("run_id", _S), ("machine_id", _S), ("position", _I), ("index", _I), ("op", _S)]
-        + [("lane", _S), ("start_s", _F), ("on_path_s", _F)]
-        + [("path_s", _F), ("path_busy_s", _F), ("path_waiting_s", _F)]
+        [
+            *[("run_id", _S), ("machine_id", _S), ("position", _I), ("index", _I), ("op", _S)],
+            *[("lane", _S), ("start_s", _F), ("on_path_s", _F)],
+            *[("path_s", _F), ("path_busy_s", _F), ("path_waiting_s", _F)],
+        ]
     ),
     # Derived, per ceilings run: each cache level's bytes, reported and measured (its sweeps' edge).
     "cache_capacities": pa.schema(

@@ -274,6 +274,7 @@ TABLES: dict[str, pa.Schema] = {
             ("dtype", _S),
             ("start_s", _F),
             ("time_s", _F),
+            ("launch_s", _F),  # a GPU kernel's launch call's start (s, as start_s)
             ("thread", _S),
             ("flops", _I),
             ("flops_source", _S),

@@ -15,6 +15,7 @@ from rooflab.report.counter_charts import (
     model_vs_counted_table,
 )
 from rooflab.report.history_charts import history_charts
+from rooflab.report.import_charts import import_charts
 from rooflab.report.machine_charts import MachineRoofs, machines_chart
 from rooflab.report.names import duplicates, name_part
 from rooflab.report.page import (
@@ -334,6 +335,7 @@ def _charts(connection, scope) -> tuple[list[Chart], dict]:
                 ),
             )
         )
+    charts += import_charts(connection, scope, ceilings)
     for chart in charts:
         chart.name = scope.get("prefix", "") + chart.name
     return charts, facts

@@ -220,3 +220,23 @@ def comparisons(connection, scope) -> pd.DataFrame:
     """Each key's newest run against the one before it: ratio, interval, verdict (slower, faster,
     same, incomparable), what changed, and what it says."""
     return _scoped(connection, "comparisons", scope, ("kind", "key"))
+
+
+def imported_timeline(connection, scope) -> pd.DataFrame:
+    """Per import (its newest run) and lane: busy time, gaps, the critical path, and `says`."""
+    return _scoped(connection, "imported_timeline", scope, ("name", "lane"))
+
+
+def imported_operators(connection, scope) -> pd.DataFrame:
+    """Each import's events on a lane (top-level operators, GPU events): the Gantt chart's bars."""
+    return _scoped(connection, "latest_imported_operators", scope, ("name", "start_s", "index"))
+
+
+def imported_top_operators(connection, scope) -> pd.DataFrame:
+    """Each import's top-level operators by name, ranked by their share of the end-to-end time."""
+    return _scoped(connection, "imported_top_operators", scope, ("name", "rank"))
+
+
+def imported_points(connection, scope) -> pd.DataFrame:
+    """Each import's operators on the machine's roofs (unplaced ones with why), in trace order."""
+    return _scoped(connection, "latest_imported_points", scope, ("name", "index"))

@@ -23,6 +23,7 @@ from rooflab.report.labels import BOLD_CHAR_PX, FAR_DYS, LINE_COST, SHEET_COST, 
 from rooflab.report.roofline_points import (
     ABOVE_COLOUR,
     ABOVE_LABEL,
+    FILL_KEY,
     PAIR_LINE_COST,
     UNKNOWN_ROOF,
     above_marks,
@@ -141,6 +142,7 @@ def roofline_chart(
     title: dict | None = None,
     pairs: pd.DataFrame | None = None,
     unit: str = "FLOP",
+    shape_title: str = FILL_KEY,
 ) -> alt.LayerChart:
     """Measured roofs in their own colours (library paths dashed), labelled on the chart away
     from every roof line and in the legend; `datasheet` roofs (rows of latest_datasheet_roofs)
@@ -149,7 +151,8 @@ def roofline_chart(
     with their names where a label fits; `pairs` (rows of implementation_comparisons) join two
     implementations of the same work with a grey line. `unit`: the work of the chart, FLOP or
     OP (the Integer Roofline): only the compute roofs in `unit`/s and the points whose work is in
-    `unit` are drawn, on axes in `unit`/byte and `unit`/s."""
+    `unit` are drawn, on axes in `unit`/byte and `unit`/s. `shape_title`: the title of the
+    legend of the points' shapes (one per sweep; an import's: one per operator)."""
     import altair as alt
     import pandas as pd
 
@@ -370,7 +373,7 @@ def roofline_chart(
         marked.append(above_marks(pts, x, y, flag_scale, flag_shapes))
     if marked:  # one legend of their shapes, apart from the sweeps' shapes
         layers.append(alt.layer(*marked).resolve_scale(shape="shared", stroke="shared"))
-    layers.append(point_layer(pts, x, y, roof_scale, unit))
+    layers.append(point_layer(pts, x, y, roof_scale, unit, shape_title))
     chart = alt.layer(*layers).properties(width=width, height=height)
     if title:
         chart = chart.properties(

@@ -158,9 +158,12 @@ def above_marks(pts: pd.DataFrame, x, y, flag_scale, flag_shapes) -> alt.Chart:
     )
 
 
-def point_layer(pts: pd.DataFrame, x, y, roof_scale, unit: str = "FLOP") -> alt.Chart:
-    """The points: colour the roof each is judged against, shape its sweep, size its M, filled
-    for a warm cache and hollow for a cold one; rates in `unit`/s (FLOP, or OP)."""
+def point_layer(
+    pts: pd.DataFrame, x, y, roof_scale, unit: str = "FLOP", shape_title: str = FILL_KEY
+) -> alt.Chart:
+    """The points: colour the roof each is judged against, shape its sweep (its legend titled
+    `shape_title`), size its M, filled for a warm cache and hollow for a cold one; rates in
+    `unit`/s (FLOP, or OP)."""
     import altair as alt
 
     tooltip = [
@@ -207,7 +210,7 @@ def point_layer(pts: pd.DataFrame, x, y, roof_scale, unit: str = "FLOP") -> alt.
     )
 
     def chart(data: pd.DataFrame, size, tooltip) -> alt.Chart:
-        return _points(data, x, y, roof_scale, size, tooltip)
+        return _points(data, x, y, roof_scale, size, tooltip, shape_title=shape_title)
 
     gemms = chart(pts, size, tooltip)
     if workloads.empty:
@@ -378,7 +381,9 @@ def workload_label_layers(rows: pd.DataFrame, x, y) -> list[alt.Chart]:
     return layers
 
 
-def _points(pts: pd.DataFrame, x, y, roof_scale, size, tooltip, shape=None) -> alt.Chart:
+def _points(
+    pts: pd.DataFrame, x, y, roof_scale, size, tooltip, shape=None, shape_title: str = FILL_KEY
+) -> alt.Chart:
     import altair as alt
 
     return (
@@ -399,7 +404,7 @@ def _points(pts: pd.DataFrame, x, y, roof_scale, size, tooltip, shape=None) -> a
             if shape is not None
             else alt.Shape(
                 "sweep:N",
-                title=FILL_KEY,
+                title=shape_title,
                 scale=alt.Scale(range=list(SWEEP_SHAPES)),
                 legend=alt.Legend(titleLimit=400),
             ),

@@ -1,7 +1,8 @@
 """The timeline chart of a decode-like step (experiments.timeline): one instrumented step per mode
 as a Gantt chart, each kernel a bar from its start to its end, the launch gaps the empty space
 between them, and each mode's measured step time (the median, launch to synchronise) as a tick
-at the end of its row. Frames shaped like the `timeline_kernels` and `timeline_steps` rows."""
+at the end of its row. Frames shaped like the `timeline_kernels` and `timeline_steps` rows.
+`gantt_chart` draws it, and an imported trace's timeline alike (report.import_charts)."""
 
 from __future__ import annotations
 
@@ -76,60 +77,36 @@ def timeline_chart(kernels: pd.DataFrame, steps: pd.DataFrame, scenario: str) ->
     colours = [
         KERNEL_COLOURS[KERNEL_ORDER.index(k)] if k in KERNEL_ORDER else "#999" for k in kernel_names
     ]
-    span = max([*ticks.step_us, *bars.end_us, 1e-3])
-    x_scale = alt.Scale(domain=[0, span * 1.05], nice=False)
-    x_axis = alt.Axis(tickCount=8, format=",.4~r", labelOverlap="greedy")
-    y = alt.Y("mode:N", sort=modes, scale=alt.Scale(domain=modes), title="Mode")
-
-    kernel_bars = (
-        alt.Chart(bars)
-        .mark_bar(height={"band": 0.6})
-        .encode(
-            x=alt.X("start_us:Q", scale=x_scale, axis=x_axis, title="Time in the step (μs)"),
-            x2="end_us:Q",
-            y=y,
-            color=alt.Color(
-                "kernel:N",
-                title="kernel",
-                scale=alt.Scale(domain=kernel_names, range=colours),
-                legend=alt.Legend(orient="bottom"),
-            ),
-            tooltip=[
-                alt.Tooltip("mode:N"),
-                alt.Tooltip("layer:Q"),
-                alt.Tooltip("kernel:N"),
-                alt.Tooltip("start_us:Q", title="start (μs)", format=",.3~f"),
-                alt.Tooltip("end_us:Q", title="end (μs)", format=",.3~f"),
-                alt.Tooltip("duration_us:Q", title="duration (μs)", format=",.3~f"),
-            ],
-        )
-    )
-    step_ticks = (
-        alt.Chart(ticks)
-        .mark_tick(color=STEP_TICK, thickness=2, size=ROW_PX * 0.8)
-        .encode(
-            x=alt.X("step_us:Q", scale=x_scale),
-            y=y,
-            tooltip=[
-                alt.Tooltip("mode:N"),
-                alt.Tooltip("step_us:Q", title="step, median (μs)", format=",.3~f"),
-                alt.Tooltip("busy_us:Q", title="busy (μs)", format=",.3~f"),
-                alt.Tooltip("gap_us:Q", title="gap (μs)", format=",.3~f"),
-                alt.Tooltip("kernels:Q", title="kernels per step"),
-                alt.Tooltip("busy_method:N", title="busy measured by"),
-            ],
-        )
-    )
-    step_text = (
-        alt.Chart(ticks)
-        .mark_text(
-            align="right", baseline="bottom", dx=-4, dy=-ROW_PX * 0.3, fontSize=11, color="#222"
-        )
-        .encode(x=alt.X("step_us:Q", scale=x_scale), y=y, text="says:N")
-    )
-    return alt.layer(kernel_bars, step_ticks, step_text).properties(
-        width=WIDTH,
-        height=ROW_PX * len(modes),
+    return gantt_chart(
+        bars,
+        ticks,
+        row="mode",
+        rows=modes,
+        row_title="Mode",
+        colour=alt.Color(
+            "kernel:N",
+            title="kernel",
+            scale=alt.Scale(domain=kernel_names, range=colours),
+            legend=alt.Legend(orient="bottom"),
+        ),
+        tick="step_us",
+        x_title="Time in the step (μs)",
+        bar_tooltip=[
+            alt.Tooltip("mode:N"),
+            alt.Tooltip("layer:Q"),
+            alt.Tooltip("kernel:N"),
+            alt.Tooltip("start_us:Q", title="start (μs)", format=",.3~f"),
+            alt.Tooltip("end_us:Q", title="end (μs)", format=",.3~f"),
+            alt.Tooltip("duration_us:Q", title="duration (μs)", format=",.3~f"),
+        ],
+        tick_tooltip=[
+            alt.Tooltip("mode:N"),
+            alt.Tooltip("step_us:Q", title="step, median (μs)", format=",.3~f"),
+            alt.Tooltip("busy_us:Q", title="busy (μs)", format=",.3~f"),
+            alt.Tooltip("gap_us:Q", title="gap (μs)", format=",.3~f"),
+            alt.Tooltip("kernels:Q", title="kernels per step"),
+            alt.Tooltip("busy_method:N", title="busy measured by"),
+        ],
         title=alt.Title(
             f"Timeline of one step: {scenario}",
             subtitle="bars: each kernel's own time; empty space: launch gaps; black tick: the "
@@ -137,4 +114,57 @@ def timeline_chart(kernels: pd.DataFrame, steps: pd.DataFrame, scenario: str) ->
             anchor="start",
             subtitleColor="#444",
         ),
+    )
+
+
+def gantt_chart(
+    bars: pd.DataFrame,
+    ticks: pd.DataFrame,
+    *,
+    row: str,
+    rows: list[str],
+    row_title: str,
+    colour: alt.Color,
+    tick: str,
+    x_title: str,
+    bar_tooltip: list,
+    tick_tooltip: list,
+    title: alt.Title,
+) -> alt.LayerChart:
+    """The Gantt chart of a measured step and of an imported trace alike: a row per lane (field
+    `row`, its values `rows` in order), a bar per event from `start_us` to `end_us` coloured by
+    `colour`; a black tick per row at its `tick` field (μs: a measured step's time, a trace's
+    end) with its `says` written left of it, above the row."""
+    import altair as alt
+
+    y = alt.Y(f"{row}:N", sort=rows, scale=alt.Scale(domain=rows), title=row_title)
+    span = max([*ticks[tick], *bars.end_us, 1e-3])
+    x_scale = alt.Scale(domain=[0, span * 1.05], nice=False)
+    x_axis = alt.Axis(tickCount=8, format=",.4~r", labelOverlap="greedy")
+
+    event_bars = (
+        alt.Chart(bars)
+        .mark_bar(height={"band": 0.6})
+        .encode(
+            x=alt.X("start_us:Q", scale=x_scale, axis=x_axis, title=x_title),
+            x2="end_us:Q",
+            y=y,
+            color=colour,
+            tooltip=bar_tooltip,
+        )
+    )
+    row_ticks = (
+        alt.Chart(ticks)
+        .mark_tick(color=STEP_TICK, thickness=2, size=ROW_PX * 0.8)
+        .encode(x=alt.X(f"{tick}:Q", scale=x_scale), y=y, tooltip=tick_tooltip)
+    )
+    row_text = (
+        alt.Chart(ticks)
+        .mark_text(
+            align="right", baseline="bottom", dx=-4, dy=-ROW_PX * 0.3, fontSize=11, color="#222"
+        )
+        .encode(x=alt.X(f"{tick}:Q", scale=x_scale), y=y, text="says:N")
+    )
+    return alt.layer(event_bars, row_ticks, row_text).properties(
+        width=WIDTH, height=ROW_PX * len(rows), title=title
     )

@@ -9,6 +9,8 @@ and a reader (the report, a user's SQL) reads it from views instead of redoing i
 - `stage_bounds`: each `stages` scenario of the campaign config on the run's measured ceilings:
   every stage's own bound, its place on the critical-path schedule, and the two lower bounds.
 - `unplaced_points`: each timed point that got no Roofline point, and why (roofline.points).
+- `imported_points` and `imported_critical_path`: an imported profile's operators on its
+  machine's roofs (roofline.imported), a torch trace's critical path (roofline.imported_timeline).
 
 `roofline_inputs` lists every run the step read: the store replaces the derived rows of exactly
 those runs, so a scenario taken out of the config disappears from the store too.
@@ -35,6 +37,7 @@ from rooflab.roofline.diagnosis import (
     timeline_points,
 )
 from rooflab.roofline.imported import imported_points
+from rooflab.roofline.imported_timeline import critical_path_rows
 from rooflab.roofline.points import RooflinePoints, build_points, ceiling_values
 from rooflab.vocabulary import measured_cache_bytes
 
@@ -175,6 +178,7 @@ def build_analysis(
     tables["point_diagnoses"] += pair_diagnoses(points.model, tables["point_diagnoses"])
     tables["point_diagnoses"] += stage_diagnoses(stage_runs)
     tables["imported_points"] = imported_points(import_runs, points.ceilings)
+    tables["imported_critical_path"] = critical_path_rows(import_runs)
     notes: list[str] = []
     analysed = [*ceilings_runs, *gemm_runs, *counters_runs, *timeline_runs, *stage_runs]
     analysed += import_runs

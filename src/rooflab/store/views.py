@@ -3,6 +3,7 @@ Each comment says what one row is, with its columns and units where they are not
 
 from rooflab.records import POINT_VIEWS
 from rooflab.store.comparison_views import COMPARISON_VIEWS_SQL
+from rooflab.store.import_views import IMPORT_VIEWS_SQL
 from rooflab.store.report_views import REPORT_VIEWS_SQL
 from rooflab.store.timeline_views import TIMELINE_VIEWS_SQL
 
@@ -268,11 +269,12 @@ VIEWS_SQL = {
     """,
 }
 
-# The report's views (store.report_views) and the measured schedules' (store.timeline_views)
-# are named views like the others.
+# The report's views (store.report_views), the measured schedules' (store.timeline_views) and
+# the imported profiles' (store.import_views) are named views like the others.
 VIEWS_SQL.update(REPORT_VIEWS_SQL)
 VIEWS_SQL.update(TIMELINE_VIEWS_SQL)
 VIEWS_SQL.update(COMPARISON_VIEWS_SQL)
+VIEWS_SQL.update(IMPORT_VIEWS_SQL)
 
 
 def view_query(view: str, /, **equal) -> str:
