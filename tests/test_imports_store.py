@@ -185,3 +185,14 @@ def test_the_campaign_imports_each_file_and_again_when_it_changes(tmp_path):
     shutil.copy(TRACES / "mlp_unfused.json.gz", trace)  # the file changed: it is read again
     again = snakemake("-n")
     assert again.returncode == 0 and "import_profile" in again.stdout
+
+
+def test_the_docs_query_finds_the_time_without_a_ledger(store):
+    import re
+
+    db, _ = store
+    page = (Path(__file__).parents[1] / "docs" / "imports.md").read_text()
+    (sql,) = re.findall(r"```sql\n(.*?)```", page, re.S)
+    found = {row["op"] for row in rows(db, sql)}
+    # ones_like has no ledger; a linear's work is its addmm's, so it is not listed
+    assert "aten::ones_like" in found and "aten::linear" not in found

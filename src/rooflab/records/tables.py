@@ -270,6 +270,7 @@ TABLES: dict[str, pa.Schema] = {
             ("kind", _S),
             ("parent", _I),
             ("nested", _B),
+            ("work_in_children", _B),  # its work is counted in the operators inside it
             ("input_dims", _S),
             ("dtype", _S),
             ("start_s", _F),
