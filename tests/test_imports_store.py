@@ -185,6 +185,15 @@ def test_the_campaign_imports_each_file_and_again_when_it_changes(tmp_path):
     shutil.copy(TRACES / "mlp_unfused.json.gz", trace)  # the file changed: it is read again
     again = snakemake("-n")
     assert again.returncode == 0 and "import_profile" in again.stdout
+    # a file that is not a trace: the job fails in one line naming it, and keeps nothing
+    trace.write_bytes(b'{"traceEvents": [')
+    failed = snakemake()
+    assert failed.returncode != 0
+    errors = [line for line in (workdir / "logs" / "import_profile" / "mlp.log").read_text()
+              .splitlines() if "ERROR" in line or "error" in line]  # fmt: skip
+    assert len(errors) == 1 and "mlp.json.gz" in errors[0], errors
+    assert not (workdir / receipt).exists()
+    assert len(list((workdir / "results" / "imports" / "mlp" / "runs").iterdir())) == 1
 
 
 def test_the_docs_query_finds_the_time_without_a_ledger(store):
