@@ -12,13 +12,15 @@ import pandas as pd
 import pytest
 
 from rooflab.backends.selection import select_backend
+from rooflab.cli.imports import timeline_lines
 from rooflab.experiments.imported_runs import import_tables
 from rooflab.imports import read_profile
 from rooflab.imports.torch_timeline import trace_timeline
 from rooflab.records import write_run
 from rooflab.report.build import build_report
+from rooflab.roofline import analyse_results, write_analysis
 from rooflab.roofline.imported_timeline import critical_path_rows
-from rooflab.store import query
+from rooflab.store import ingest, query
 from tests.import_store import TRACES, import_store
 from tests.report_pages import layers_of, tables_of
 
@@ -205,3 +207,16 @@ def test_a_gpu_kernel_on_the_path_leads_back_to_the_op_that_launched_it(tmp_path
     path = critical_path_rows([tmp_path / "runs" / run_id])
     assert path[-1]["op"] == "made_up_gemm_kernel"
     assert any(step["lane"].startswith("cpu") for step in path)
+    # in the store: its stream's launch-to-kernel gap, and the command line's line for it
+    results = tmp_path / "results"
+    write_run(results / "imports" / "gpu" / "runs", run_id, tables)
+    write_analysis(analyse_results(results), results / "roofline")
+    ingest(tmp_path / "rooflab.duckdb", results)
+    (lane,) = query(
+        tmp_path / "rooflab.duckdb",
+        "SELECT median_launch_delay_s, says FROM imported_timeline WHERE lane LIKE 'gpu%'",
+    ).to_pylist()
+    assert lane["median_launch_delay_s"] == pytest.approx(end - addmm["start_s"])
+    assert "after their launch" in lane["says"]
+    lines = timeline_lines(trace_timeline(profile))
+    assert any(line.startswith("launch to kernel: median ") for line in lines)

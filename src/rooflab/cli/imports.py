@@ -141,6 +141,12 @@ def timeline_lines(timeline: dict) -> list[str]:
             f"{lane['lane']}: {duration_text(lane['busy_s'])} busy, "
             f"{duration_text(lane['gaps_s'])} in {len(lane['gaps'])} gaps between its events"
         )
+    delays = sorted(launch["delay_s"] for launch in timeline["launches"])
+    if delays:  # a GPU trace: from each kernel's launch call to its start
+        lines.append(
+            f"launch to kernel: median {duration_text(delays[len(delays) // 2])}, at most "
+            f"{duration_text(delays[-1])} over {len(delays)} GPU events"
+        )
     top = ", ".join(
         f"{row['op']} {row['share']:.1%} ({row['calls']} calls)"
         for row in timeline["top_operators"]

@@ -19,13 +19,15 @@ _NEWEST_IMPORTS = """
 """
 
 # The rows whose time is a newest import's busy time (as imports.torch_trace.busy_rows): each
-# thread's top-level operators and each GPU event, on its lane; end_s = start_s + time_s
+# thread's top-level operators and each GPU event, on its lane; end_s = start_s + time_s; a GPU
+# event's launch_delay_s from its launch call's start to its own (null on a CPU thread)
 _BUSY = f"""
     SELECT n.machine_id, n.backend, n.name, n.run_id, n.started_at, o.index, o.op, o.kind,
            o.parent, o.dtype, o.input_dims,
            CASE WHEN o.kind = 'cpu_op' THEN 'cpu thread ' ELSE 'gpu ' END
                || coalesce(o.thread, 'None') AS lane,
-           o.start_s, o.time_s, o.start_s + o.time_s AS end_s
+           o.start_s, o.time_s, o.start_s + o.time_s AS end_s,
+           o.start_s - o.launch_s AS launch_delay_s
     FROM imported_operators AS o JOIN ({_NEWEST_IMPORTS}) AS n USING (run_id)
     WHERE o.start_s IS NOT NULL AND o.time_s IS NOT NULL
       AND NOT (o.kind = 'cpu_op' AND coalesce(o.nested, false))
@@ -90,7 +92,9 @@ IMPORT_VIEWS_SQL = {
     # first start to last end) and `busy_fraction` (busy over it); the critical path of the
     # trace's dependencies (imported_critical_path: `path_s`, `path_busy_s`, `path_waiting_s`,
     # the same on every lane of a run; `on_path_s`, this lane's time on it; null where the
-    # trace has none: see roofline.imported_timeline), and `says`.
+    # trace has none: see roofline.imported_timeline), on a GPU stream the launch-to-kernel
+    # gaps (`median_launch_delay_s`, `max_launch_delay_s`: from each event's launch call to its
+    # start), and `says`.
     "imported_timeline": f"""
         WITH reach AS (
             SELECT *, max(end_s) OVER (
@@ -104,7 +108,9 @@ IMPORT_VIEWS_SQL = {
                    min(start_s) AS first_s, max(end_s) AS last_s,
                    max(end_s) - min(start_s) AS span_s,
                    sum(greatest(0, end_s - greatest(start_s, coalesce(reach_s, start_s))))
-                       AS busy_s
+                       AS busy_s,
+                   median(launch_delay_s) AS median_launch_delay_s,
+                   max(launch_delay_s) AS max_launch_delay_s
             FROM reach
             GROUP BY ALL
         ),
@@ -134,7 +140,10 @@ IMPORT_VIEWS_SQL = {
                       lane, events, busy_s * 1e3, span_s * 1e3, 100 * coalesce(gap_fraction, 0),
                       100 * busy_fraction, end_to_end_s * 1e3)
                || coalesce(printf('; %.3g ms of its time on the critical path', on_path_s * 1e3),
-                           '') AS says
+                           '')
+               || coalesce(printf('; its events started a median %.3g μs after their launch '
+                                  || '(at most %.3g μs)', median_launch_delay_s * 1e6,
+                                  max_launch_delay_s * 1e6), '') AS says
         FROM timed
     """,
     # Per machine, backend, import name and top-level operator name (its newest run): `calls`,
