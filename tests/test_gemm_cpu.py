@@ -13,6 +13,7 @@ import yaml
 
 from rooflab.backends.base import BackendError
 from rooflab.backends.cpu import CpuBackend
+from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.config import validate_config
 from rooflab.experiments import timing
 from rooflab.experiments.gemm import run_gemm_sweep
@@ -352,9 +353,11 @@ def test_warm_up_lasts_its_time_and_its_call_floor():
     # time-bound: calls for 50 ms (each takes microseconds, so far more than the floor of 3)
     assert len(warm_up) > 3 and warm_up[-1] - warm_up[0] >= 0.045
     calls.clear()
+    # no disturbed sample re-taken (a busy machine would add calls): the calls are the floors'
     few = TimingSettings(
-        warmup_s=1e-9, warmup_min_calls=4, min_time_s=0, min_samples=3, max_time_s=0
-    )
+        warmup_s=1e-9, warmup_min_calls=4, min_time_s=0, min_samples=3, max_time_s=0,
+        disturbance=DisturbanceSettings(retake_factor=1),
+    )  # fmt: skip
     measure(lambda: calls.append(1), backend, few, "warm")
     assert len(calls) == 4 + 3  # call-bound: the floor of 4, then the 3 samples
 

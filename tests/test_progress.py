@@ -12,10 +12,12 @@ import subprocess
 import sys
 import termios
 import textwrap
+import time
 
 import pytest
 
 from rooflab import progress as progress_module
+from rooflab.backends.selection import select_backend
 from rooflab.experiments.ceiling_plan import (
     CeilingSettings,
     planned_blas_s,
@@ -31,6 +33,8 @@ from rooflab.experiments.item_plans import (
     CallTimes,
     planned_timing_s,
 )
+from rooflab.experiments.runs import MeasuringRun
+from rooflab.experiments.timed_cases import Built, time_cases
 from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import ENV, Eta, Progress, TerminalLine, duration
 from rooflab.workflow import progress_on_terminal
@@ -193,6 +197,61 @@ def test_a_cold_samples_eviction_is_learnt_per_byte_of_operands():
     assert calls.planned_s("b", "cold", timing) == pytest.approx(
         planned_timing_s(timing, calls.call_s("b"), 4e-3)
     )
+
+
+def test_an_item_that_builds_its_case_plans_the_quickest_build_and_the_check_after_it():
+    calls, timing = CallTimes(), TimingSettings(rounds=2)
+    timed = planned_timing_s(timing, calls.call_s("a"))
+    # nothing built yet: nothing known of builds or checks
+    assert calls.planned_s("a", "warm", timing, built=True, recheck=True) == timed
+    calls.build_timed("a", 2.5)  # round 1: allocation, its check and the kernel's compile
+    calls.build_timed("a", 0.5)  # round 2: its inputs made again
+    calls.build_timed("b", 0.3)
+    calls.recheck_timed("a", 0.2)
+    assert calls.build_s("a") == 0.5  # the compile was a one-off
+    assert calls.build_s("c") == pytest.approx(0.4)  # not built yet: the others' median
+    assert calls.planned_s("a", "warm", timing, built=True, recheck=True) == pytest.approx(
+        timed + 0.5 + 0.2
+    )
+    assert calls.planned_s("a", "cold", timing) == planned_timing_s(timing, calls.call_s("a"))
+
+
+def test_a_workload_job_plans_its_builds_and_checks():
+    """The first state's item begins before the case is built, so the build is in its time and
+    in its plan: the done line's plan counts what the job did."""
+
+    class Slow:
+        """A case whose build takes 0.3 s and whose check 0.1 s (a large input, a reference)."""
+
+        kind, recheck, what = "workload", True, "slow case"
+
+        def __init__(self, name):
+            self.config_id = self.label = name
+
+        def work_hint(self):
+            return None
+
+        def build(self, backend):
+            time.sleep(0.3)
+
+            def check(when):
+                time.sleep(0.1)
+                return [{"config_id": self.config_id, "passed": True, "detail": when}]
+
+            return Built(lambda: None, check, {"flops": 1, "bytes_model": 8})
+
+    log = io.StringIO()
+    progress = Progress("workload slow", stream=log, terminal=None)
+    run = MeasuringRun(
+        select_backend("cpu"), "workload", "slow", progress, "r", {
+            "correctness": [], "samples": [], "timed_points": [], "conditions": []},
+        None, None, False,
+    )  # fmt: skip
+    timing = TimingSettings(rounds=2, warmup_s=0.0, min_time_s=0.01, min_samples=3)
+    time_cases(run, [Slow("a"), Slow("b")], ["warm", "cold"], timing)
+    progress.close()
+    # 2 cases x 2 rounds: builds 1.2 s, checks (after each of 8 timings, and 2 before) ~1 s
+    assert progress.promised > 1.5, log.getvalue()
 
 
 def test_a_plan_short_throughout_is_corrected_not_capped_as_a_one_off():

@@ -8,7 +8,9 @@ needs the case's call time: measured once the case has been timed in one state; 
 work (F) at the rate of the timed case of the nearest arithmetic intensity (cases of similar
 intensity run near one roof), else its bound at prior rates, else the last timed case's call. A cold
 sample's eviction is planned per byte of the case's operands, at the rate learnt from the cold
-samples so far. The ETA then corrects what is left of the plan by the measured/planned ratio of
+samples so far. An item that begins a case's round also builds the case (its quickest build so
+far, else the other cases'), and a case that checks itself after each timing plans that check
+as last timed. The ETA then corrects what is left of the plan by the measured/planned ratio of
 the items done (progress.Eta).
 """
 
@@ -50,6 +52,10 @@ class CallTimes:
     operand_bytes: dict[str, float] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)  # config_id -> median call s
     evict_rates: list[float] = field(default_factory=list)  # s per byte, per cold item
+    # a case's build (its inputs made, and in round 1 its check and any compile) and its check
+    # again after a timing: each round builds the case anew; a workload checks after each state
+    builds: dict[str, list[float]] = field(default_factory=dict)
+    rechecks: dict[str, float] = field(default_factory=dict)
 
     def built(self, config_id: str, flops, model_bytes, arrays: tuple = ()) -> None:
         """A case's work (where it has any), and its operands once built."""
@@ -70,6 +76,25 @@ class CallTimes:
             over = item_s - planned_timing_s(timing, call_s)
             self.evict_rates.append(max(over, 0.0) / samples / operand_bytes)
 
+    def build_timed(self, config_id: str, seconds: float) -> None:
+        self.builds.setdefault(config_id, []).append(seconds)
+
+    def recheck_timed(self, config_id: str, seconds: float) -> None:
+        self.rechecks[config_id] = seconds
+
+    def build_s(self, config_id: str) -> float:
+        """A case's build: its quickest so far (its first may have compiled its kernel, a
+        one-off), else the median of the other cases' quickest, else nothing known (0)."""
+        if config_id in self.builds:
+            return min(self.builds[config_id])
+        quickest = [min(times) for times in self.builds.values()]
+        return statistics.median(quickest) if quickest else 0.0
+
+    def recheck_s(self, config_id: str) -> float:
+        if config_id in self.rechecks:
+            return self.rechecks[config_id]
+        return statistics.median(self.rechecks.values()) if self.rechecks else 0.0
+
     def call_s(self, config_id: str) -> float:
         if config_id in self.measured:
             return self.measured[config_id]
@@ -87,9 +112,16 @@ class CallTimes:
         per_byte = statistics.median(self.evict_rates) if self.evict_rates else None
         return (per_byte or PRIOR_EVICT_S_PER_BYTE) * self.operand_bytes.get(config_id, 0.0)
 
-    def planned_s(self, config_id: str, cache_state: str, timing: TimingSettings) -> float:
+    def planned_s(
+        self, config_id: str, cache_state: str, timing: TimingSettings, *, built: bool = False,
+        recheck: bool = False,
+    ) -> float:  # fmt: skip
+        """An item's plan: its timing, and the case's build where the item begins with it
+        (`built`), and its check after the timing where the case checks again (`recheck`)."""
         evict = self.evict_s(config_id) if cache_state == CacheState.COLD else 0.0
-        return planned_timing_s(timing, self.call_s(config_id), evict)
+        planned = planned_timing_s(timing, self.call_s(config_id), evict)
+        planned += self.build_s(config_id) if built else 0.0
+        return planned + (self.recheck_s(config_id) if recheck else 0.0)
 
     def _rate_near(self, intensity: float | None) -> float | None:
         """FLOP/s of the timed case of the nearest intensity (without one, of the case timed

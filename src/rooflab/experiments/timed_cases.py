@@ -70,6 +70,7 @@ class _Cases:
     rows: dict[str, dict] = field(default_factory=dict)  # config_id -> its columns and threads
     calls: CallTimes = field(default_factory=CallTimes)
     to_come: list[tuple[str, str]] = field(default_factory=list)  # (config_id, state), in order
+    rechecking: set[str] = field(default_factory=set)  # cases checked after each timing
 
     def plan(self, cases: list[TimedCase]) -> None:
         """Every timing of the run, in the order it comes, planned from the cases' work."""
@@ -78,15 +79,34 @@ class _Cases:
             if (hint := case.work_hint()) is not None:
                 flops, model_bytes = hint
                 self.calls.built(case.config_id, flops, model_bytes)
+        self.rechecking = {c.config_id for c in cases if c.recheck}
         self.to_come = [(c.config_id, s) for _ in range(rounds) for c in cases
                         for s in self.cache_states]  # fmt: skip
         # cases whose work is unknown until built (a user's kernels): no ETA before one is timed
-        planned = [self.calls.planned_s(c, s, self.timing) for c, s in self.to_come]
+        planned = [self.item_s(c, s) for c, s in self.to_come]
         self.run.progress.plan(planned, guessed=not self.calls.work)
+
+    def item_s(self, config_id: str, cache_state: str) -> float:
+        """An item's plan: its timing, the case's build where it begins the case's round (the
+        first cache state), its check after it where the case checks again."""
+        return self.calls.planned_s(
+            config_id, cache_state, self.timing, built=cache_state == self.cache_states[0],
+            recheck=config_id in self.rechecking,
+        )  # fmt: skip
 
     def planned_to_come(self) -> float:
         """The timings still to come, planned again from what the run has learnt."""
-        return sum(self.calls.planned_s(c, s, self.timing) for c, s in self.to_come)
+        return sum(self.item_s(c, s) for c, s in self.to_come)
+
+    def begin(self, case: TimedCase, cache_state: str, round_index: int) -> None:
+        """The item of `case` in `cache_state` begins (the first state's with the build)."""
+        rounds = f" round {round_index + 1}" if self.timing.rounds > 1 else ""
+        self.to_come.remove((case.config_id, cache_state))
+        self.run.progress.start(
+            f"{case.label} {cache_state}{rounds}",
+            self.item_s(case.config_id, cache_state),
+            self.planned_to_come(),
+        )
 
     def drop(self, config_id: str) -> None:
         """A case that failed its check: its timings still to come are not run."""
@@ -94,7 +114,7 @@ class _Cases:
             return
         dropped = [item for item in self.to_come if item[0] == config_id]
         self.to_come = [item for item in self.to_come if item[0] != config_id]
-        self.run.progress.drop([self.calls.planned_s(c, s, self.timing) for c, s in dropped])
+        self.run.progress.drop([self.item_s(c, s) for c, s in dropped])
 
     def checked(self, case: TimedCase, built: Built, when: str, only_failed=False) -> bool:
         """Run the case once against its reference; its rows stored (with `only_failed`, only
@@ -114,6 +134,9 @@ class _Cases:
         max_call_s = timing.max_call_s if timing is not None else None
         if timing is None:
             progress.start(case.label)
+        else:  # the build is the first item's: its time is planned there
+            self.begin(case, states[0], round_index)
+        build_started = time.perf_counter()
         with step_limit(max_call_s, case.what):
             built = case.build(backend)
             beat()
@@ -122,6 +145,7 @@ class _Cases:
                 return False  # a wrong result is recorded, never timed
         if timing is None:
             return True
+        self.calls.build_timed(case.config_id, time.perf_counter() - build_started)
         columns = built.columns
         self.calls.built(case.config_id, columns["flops"], columns.get("bytes_model"), built.arrays)
         # the threads as the case left them: what the timing ran with
@@ -135,9 +159,8 @@ class _Cases:
                 TimedPoint(case.config_id, cache_state, built.columns["flops"], built.work_unit),
             )
             rounds = f" round {round_index + 1}" if timing.rounds > 1 else ""
-            self.to_come.remove((case.config_id, cache_state))
-            planned = self.calls.planned_s(case.config_id, cache_state, timing)
-            progress.start(f"{case.label} {cache_state}{rounds}", planned, self.planned_to_come())
+            if index > 0:
+                self.begin(case, cache_state, round_index)
             started = time.perf_counter()
             with step_limit(max_call_s, f"{case.what} {cache_state}"):
                 point.time_round(
@@ -157,10 +180,12 @@ class _Cases:
             when = AFTER_TIMING if last else (
                 f"{BEFORE_TIMING}, again after its {cache_state} timing{rounds}"
             )  # fmt: skip
+            checked_at = time.perf_counter()
             with step_limit(max_call_s, case.what):
                 if not self.checked(case, built, when, only_failed=not last):
                     self.drop(case.config_id)
                     return False
+            self.calls.recheck_timed(case.config_id, time.perf_counter() - checked_at)
         return True
 
 
