@@ -252,6 +252,8 @@ def test_a_workload_job_plans_its_builds_and_checks():
     progress.close()
     # 2 cases x 2 rounds: builds 1.2 s, checks (after each of 8 timings, and 2 before) ~1 s
     assert progress.promised > 1.5, log.getvalue()
+    # both cases built in round 1: their work known, the plan gave an ETA from then
+    assert progress.sized and progress.first_estimate is not None
 
 
 def test_a_plan_short_throughout_is_corrected_not_capped_as_a_one_off():
@@ -490,6 +492,22 @@ def test_a_failed_job_clears_its_line():
     assert written == "\rgemm a: 1/2 fp64/nn/m1_n16_k16 warm, 0.8 s left\x1b[K\r\x1b[K"
 
 
+def test_a_guessed_plan_shows_no_eta_until_every_case_is_sized():
+    # a workload of a small case then one 16 times larger: the small one's time is no plan for
+    # the large one, whose work is known once it is built
+    clock = FakeClock()
+    progress = Progress("workload relu", stream=io.StringIO(), terminal=None, clock=clock)
+    progress.plan([0.001] * 4, guessed=True)
+    progress.start("n1M warm", 0.001)
+    clock.advance(0.1)
+    progress.start("n1M cold", 0.1, 0.3)
+    assert progress.left() is None  # an item done, but the large case not built yet
+    clock.advance(0.1)
+    progress.sized_all()  # the large case built: its work known
+    progress.start("n16M warm", 1.6, 1.6)
+    assert progress.left() is not None and progress.left() > 1.6
+
+
 def test_cases_of_unknown_work_promise_nothing_until_one_is_timed():
     # a user's kernels: their work is known only once built, so the plan is of unknown cost
     clock, log = FakeClock(), io.StringIO()
@@ -497,6 +515,7 @@ def test_cases_of_unknown_work_promise_nothing_until_one_is_timed():
     progress.plan([0.001] * 4, guessed=True)
     progress.start("case 0 warm", 0.001)
     assert progress.line() == "workload chase: 1/4 case 0 warm"  # no ETA: nothing timed yet
+    progress.sized_all()  # its one case built: every item's work is known
     clock.advance(3.0)  # the first took longer: it compiled the kernel
     for index in range(1, 4):  # then its call was timed: each planned at 2 s
         progress.start(f"case {index} warm", 2.0, 2.0 * (3 - index))

@@ -202,6 +202,7 @@ class Progress:
         self.promised = 0.0  # seconds: each item's plan as it began, the ETA's rate applied
         self.first_estimate: float | None = None
         self.guessed = self.unestimated = False
+        self.sized = True  # a guessed plan's items all sized (their work known): see `sized_all`
         self.started = self.item_started = clock()
         self.last_log = -math.inf
         self.closed = False
@@ -212,13 +213,22 @@ class Progress:
         """The items to come, each in planned seconds (`seconds_per_unit` 1.0) or in work units
         of a cost not known beforehand (None: the ETA waits for the first finished item).
         `guessed`: seconds from priors alone (a user's kernels, whose work is known only once
-        built), planned again as items finish (`start`'s `planned_after`), shown from then."""
+        built), planned again as items finish (`start`'s `planned_after`), shown once an item
+        is done and every item is sized (`sized_all`): a case 16 times larger than the first
+        is not planned at the first one's time."""
         self.items = len(planned)
         self.eta = Eta(float(sum(planned)), seconds_per_unit)
-        self.guessed = guessed
+        self.guessed, self.sized = guessed, not guessed
         self.started = self.item_started = self.clock()
         self.last_log = -math.inf  # the first item's line, with the plan's ETA, is logged
         self._planned()
+
+    def sized_all(self) -> None:
+        """Every item of a guessed plan now has its work known (each case built once)."""
+        self.sized = True
+
+    def _estimated(self) -> bool:
+        return not self.guessed or (self.sized and self.eta.items_done > 0)
 
     def adjust(self, planned_before: float, planned_now: float) -> None:
         """An item still to come planned again (from a roof measured since)."""
@@ -254,8 +264,8 @@ class Progress:
             self._planned()
         rate = self.eta.seconds_per_unit()
         # an item begun without an estimate (nothing done yet of a plan of unknown cost, or of a
-        # guessed one) counts at the time it takes, when done
-        self.unestimated = rate is None or (self.guessed and self.eta.items_done == 0)
+        # guessed one, or some of its items not sized yet) counts at the time it takes, when done
+        self.unestimated = rate is None or not self._estimated()
         self.promised += 0.0 if self.unestimated else rate * planned
         if self.first_estimate is None and (left := self.left(now)) is not None:
             self.first_estimate = now - self.started + left  # what its first ETA promised
@@ -297,7 +307,7 @@ class Progress:
             self.terminal.end()
 
     def left(self, now: float | None = None) -> float | None:
-        if self.guessed and self.eta.items_done == 0:
+        if not self._estimated():
             return None
         now = self.clock() if now is None else now
         if self.index == 0:

@@ -71,6 +71,7 @@ class _Cases:
     calls: CallTimes = field(default_factory=CallTimes)
     to_come: list[tuple[str, str]] = field(default_factory=list)  # (config_id, state), in order
     rechecking: set[str] = field(default_factory=set)  # cases checked after each timing
+    unsized: set[str] = field(default_factory=set)  # cases whose work is unknown until built
 
     def plan(self, cases: list[TimedCase]) -> None:
         """Every timing of the run, in the order it comes, planned from the cases' work."""
@@ -80,6 +81,7 @@ class _Cases:
                 flops, model_bytes = hint
                 self.calls.built(case.config_id, flops, model_bytes)
         self.rechecking = {c.config_id for c in cases if c.recheck}
+        self.unsized = {c.config_id for c in cases if c.config_id not in self.calls.work}
         self.to_come = [(c.config_id, s) for _ in range(rounds) for c in cases
                         for s in self.cache_states]  # fmt: skip
         # cases whose work is unknown until built (a user's kernels): no ETA before one is timed
@@ -148,6 +150,10 @@ class _Cases:
         self.calls.build_timed(case.config_id, time.perf_counter() - build_started)
         columns = built.columns
         self.calls.built(case.config_id, columns["flops"], columns.get("bytes_model"), built.arrays)
+        if case.config_id in self.unsized:
+            self.unsized.discard(case.config_id)
+            if not self.unsized:
+                progress.sized_all()  # every case's work known: the plan is no guess any more
         # the threads as the case left them: what the timing ran with
         self.rows[case.config_id] = built.columns | {
             "footprint_bytes": built.footprint_bytes(),
