@@ -60,11 +60,11 @@ def job_figures(log: str) -> dict | None:
 
 
 def ratio(estimate: float | None, took: float) -> float | None:
-    """Estimate over time taken; a job under half a second is judged as taking that long (the
-    log's durations are tenths of a second there)."""
+    """Estimate over time taken; a job under a second is judged as taking one (its status line
+    is gone before a reader could act on its ETA)."""
     if estimate is None:
         return None
-    return max(estimate, 0.5) / max(took, 0.5)
+    return max(estimate, 1.0) / max(took, 1.0)
 
 
 def within(value: float | None, factor: float) -> bool:

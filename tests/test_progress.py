@@ -204,14 +204,19 @@ def test_an_item_that_builds_its_case_plans_the_quickest_build_and_the_check_aft
     timed = planned_timing_s(timing, calls.call_s("a"))
     # nothing built yet: nothing known of builds or checks
     assert calls.planned_s("a", "warm", timing, built=True, recheck=True) == timed
-    calls.build_timed("a", 2.5)  # round 1: allocation, its check and the kernel's compile
-    calls.build_timed("a", 0.5)  # round 2: its inputs made again
-    calls.build_timed("b", 0.3)
+    calls.built("a", 1e6, 1e6, (memoryview(bytearray(1 << 20)),))  # 1 MiB of operands
+    calls.build_timed("a", 2.5)  # round 1: its inputs, its check and the kernel's compile
+    assert calls.build_s("a") == 2.5  # nothing quicker known yet
+    assert calls.build_s("b") == 2.5  # not built yet: the quickest build so far
+    calls.built("b", 1e6, 1e6, (memoryview(bytearray(16 << 20)),))  # 16 MiB, compiled already
+    calls.build_timed("b", 0.32)  # 20 ns per byte
     calls.recheck_timed("a", 0.2)
-    assert calls.build_s("a") == 0.5  # the compile was a one-off
-    assert calls.build_s("c") == pytest.approx(0.4)  # not built yet: the others' median
+    # the compile was a one-off: a's next build at b's rate per byte of its operands
+    assert calls.build_s("a") == pytest.approx(0.02)
+    assert calls.build_s("b") == pytest.approx(0.32)
+    timed = planned_timing_s(timing, calls.call_s("a"))
     assert calls.planned_s("a", "warm", timing, built=True, recheck=True) == pytest.approx(
-        timed + 0.5 + 0.2
+        timed + 0.02 + 0.2
     )
     assert calls.planned_s("a", "cold", timing) == planned_timing_s(timing, calls.call_s("a"))
 

@@ -83,12 +83,18 @@ class CallTimes:
         self.rechecks[config_id] = seconds
 
     def build_s(self, config_id: str) -> float:
-        """A case's build: its quickest so far (its first may have compiled its kernel, a
-        one-off), else the median of the other cases' quickest, else nothing known (0)."""
-        if config_id in self.builds:
-            return min(self.builds[config_id])
-        quickest = [min(times) for times in self.builds.values()]
-        return statistics.median(quickest) if quickest else 0.0
+        """A case's build (its inputs made: time per byte of its operands) at the quickest rate
+        per byte of the builds so far, at most its own quickest; before it is built, the
+        quickest build of another case; nothing known: 0. A first build may have compiled the
+        kernel (a one-off), and only the quickest is kept from it."""
+        quickest = {c: min(times) for c, times in self.builds.items()}
+        sizes = self.operand_bytes
+        rates = [seconds / sizes[c] for c, seconds in quickest.items() if sizes.get(c)]
+        if config_id in quickest:
+            own = quickest[config_id]
+            size = sizes.get(config_id)
+            return min(own, min(rates) * size) if rates and size else own
+        return min(quickest.values()) if quickest else 0.0
 
     def recheck_s(self, config_id: str) -> float:
         if config_id in self.rechecks:
