@@ -293,11 +293,13 @@ def test_the_last_line_says_the_final_plan_and_the_first_estimate():
     )
 
 
-def test_work_of_unknown_cost_has_no_eta_until_an_item_is_done():
+def test_work_of_unknown_cost_has_no_eta_until_two_items_are_done():
     eta = Eta(10.0, seconds_per_unit=None)
     assert eta.left() is None
-    eta.finished(1.0, 2.0)
-    assert eta.left() == pytest.approx(18.0)
+    eta.finished(1.0, 2.0)  # the first item: a library loaded, a kernel compiled
+    assert eta.left() is None
+    eta.finished(1.0, 0.5)
+    assert eta.left() == pytest.approx(8 * 0.5)  # at the rate of the items after the first
     clock = FakeClock()
     progress = Progress("counters a", stream=io.StringIO(), terminal=None, clock=clock)
     progress.plan([1.0] * 4, seconds_per_unit=None)

@@ -54,7 +54,10 @@ def duration(seconds: float) -> str:
 
 class Eta:
     """Seconds left of a plan. `planned_total` is in planned seconds (`seconds_per_unit` 1.0), or
-    in work units of unknown cost (`seconds_per_unit` None: no ETA until an item is done). The
+    in work units of unknown cost (`seconds_per_unit` None: no ETA until two items are done, at
+    the rate of those after the first: a job's first item carries its one-off costs, a library
+    loaded, a thread pool started, a kernel compiled, and extrapolated they promise many times
+    the job's time). The
     seconds per planned unit start at the prior and move to the measured ratio of the finished
     items as their share of the plan grows (an even mix at `TRUST` of the plan). An item of a
     plan in seconds that overran it more than `ONE_OFF` times (a first call that compiles its
@@ -72,20 +75,27 @@ class Eta:
         self.planned_done = 0.0
         self.actual_done = 0.0
         self.items_done = self.overruns = 0  # overruns: items over ONE_OFF x their plan
+        self.first: tuple[float, float] | None = None  # the first item's (planned, actual)
 
     def finished(self, planned: float, actual: float) -> None:
         overran = actual > self.ONE_OFF * planned
         few = self.overruns < max(self.ONE_OFFS, self.items_done / 4)
         one_off = overran and few and self.prior is not None
+        if self.items_done == 0:
+            self.first = (planned, actual)
         self.items_done += 1
         self.overruns += overran
         self.planned_done += planned
         self.actual_done += self.ONE_OFF * planned if one_off else actual
 
     def seconds_per_unit(self) -> float | None:
+        if self.prior is None:  # unknown cost: the items after the first
+            if self.items_done < 2 or self.planned_done <= self.first[0]:
+                return None
+            return (self.actual_done - self.first[1]) / (self.planned_done - self.first[0])
         measured = self.actual_done / self.planned_done if self.planned_done > 0 else None
-        if self.prior is None or measured is None:
-            return measured if measured is not None else self.prior
+        if measured is None:
+            return self.prior
         done = self.planned_done / self.total if self.total > 0 else 1.0
         weight = done / (done + self.TRUST)
         return (1 - weight) * self.prior + weight * measured
