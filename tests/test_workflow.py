@@ -69,12 +69,12 @@ def test_the_campaign_ends_saying_where_the_report_and_the_store_are(campaign_ru
     assert "Shell command" not in said
     assert "\x1b[K" not in said  # not a terminal: no status line anywhere
     ceilings = (workdir / "logs" / "ceilings" / "local.log").read_text()
-    first = r"^\[ceilings\] 1/\d+ fma fp64 round 0 \(0 s in, .+ left\)$"  # the plan's ETA
+    first = r"^\[ceilings\] 1/\d+ fma fp64 round 0 \(0\.0 s in, .+ left\)$"  # the plan's ETA
     assert re.search(first, ceilings, re.M)
     assert "[ceilings] done: " in ceilings
     timing = (workdir / "logs" / "time_gemm" / "a" / "local.log").read_text()
     # 2 configurations x 2 cache states, each in 2 rounds (timing.rounds)
-    assert "[gemm a] 1/8 fp64/nn/m1_n16_k16 warm round 1 (0 s in, " in timing
+    assert "[gemm a] 1/8 fp64/nn/m1_n16_k16 warm round 1 (0.0 s in, " in timing
     assert "[gemm a] done: 8 of 8 in " in timing
 
 
