@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from smoke import add_smoke, verdict
 
-from tests.campaigns import TINY
+from tests.campaigns import SMALLEST
 from tests.conftest import copy_workflow, installed_script
 
 FIRST_WITHIN, FINAL_WITHIN = 2.0, 1.5
@@ -93,7 +93,7 @@ def main() -> int:
     else:
         snakemake = installed_script("snakemake")
         with tempfile.TemporaryDirectory() as folder:
-            workdir = copy_workflow(Path(folder), TINY if smoke else None)
+            workdir = copy_workflow(Path(folder), SMALLEST if smoke else None)
             subprocess.run(
                 [snakemake, "--cores", "all"], cwd=workdir, check=True, capture_output=True
             )

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from smoke import add_smoke, verdict
 
 from rooflab.backends.base import FLUSH_BYTES_ENV
-from tests.campaigns import TINY
+from tests.campaigns import SMALLEST, TINY
 from tests.conftest import copy_workflow, installed_script
 
 TARGET_S, TARGET_BYTES = 1.0, 300e6
@@ -67,7 +67,7 @@ def main() -> int:
     times = 1 if smoke else 5  # medians of `times` runs
     snakemake = installed_script("snakemake")
     with tempfile.TemporaryDirectory() as folder:
-        workdir = copy_workflow(Path(folder), TINY)
+        workdir = copy_workflow(Path(folder), SMALLEST if smoke else TINY)
         # the campaign a no-op reruns: its cold samples' flush is not what is timed here
         setup_env = {**os.environ, FLUSH_BYTES_ENV: str(8 << 20)}
         subprocess.run(

@@ -47,3 +47,14 @@ TINY = {
         },
     },
 }
+
+# The smallest campaign that still measures (ceilings, one sweep, one workload: no counters,
+# stages nor timelines), for the benchmarks' --smoke runs: their code, not their figures.
+SMALLEST = {
+    **TINY,
+    "sweeps": {"a": TINY["sweeps"]["a"]},
+    "workloads": {"unfused": TINY["workloads"]["unfused"]},
+    "stages": {},
+    "timelines": {},
+    "counters": {"enabled": False},
+}
