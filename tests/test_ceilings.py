@@ -334,7 +334,10 @@ def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_
     if edge is None:
         pytest.skip(f"this machine's sweep showed no fall from its {last}")
     backend.size_flush(edge, "the quick ceilings run")
-    assert backend.flush_bytes == flush_size(caches, edge)[0] <= 2 * sum(caches.values())
+    # at most 2x the reported caches, or 2x the edge where the sweep found it past them (a VM's
+    # last level can stream at cache speed past its reported size)
+    limit = max(2 * sum(caches.values()), 2 * edge)
+    assert backend.flush_bytes == flush_size(caches, edge)[0] <= limit
     assert f"{edge} B {last} edge" in backend.flush_method
     threads = backend.default_threads()
     inside = backend.stream_workload("read", edge // 2, threads)
