@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import textwrap
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -132,6 +134,7 @@ def _measured_store(folder, naps, flops=None):
     config = folder / "fast.yaml"
     config.write_text(json.dumps(FAST))
     db = folder / "store.duckdb"
+    runs = []  # in the order measured: two runs within one second sort by their random suffix
     for nap, ledger in zip(naps, flops or ["1"] * len(naps), strict=True):
         env = {**os.environ, "PYTHONPATH": str(folder), "NAP_S": nap, "NAP_FLOPS": ledger}
         measured = run_rooflab(
@@ -139,9 +142,10 @@ def _measured_store(folder, naps, flops=None):
             "--out", folder / "runs", env=env,
         )  # fmt: skip
         assert measured.returncode == 0, measured.stderr
+        (wrote,) = re.findall(r"^rooflab: wrote (.+)$", measured.stderr, re.M)
+        runs.append(Path(wrote).name)
         ingested = run_rooflab("store", "ingest", "--db", db, "--results", folder / "runs")
         assert ingested.returncode == 0, ingested.stderr
-    runs = sorted(p.name for p in (folder / "runs").iterdir())
     return {"db": db, "runs": runs}
 
 
