@@ -47,18 +47,20 @@ def installed_script(name: str) -> str:
 
 # Commands that only read, compute and print (or write the store or the report): run in this
 # process, which saves a Python start and rooflab's imports (about 0.5 s) per call. A measuring
-# command (`measure`: watchdogs, thread pools, signals) always gets a process of its own.
+# command (`measure`: watchdogs, thread pools, signals) gets a process of its own, unless the
+# test expects it refused before it measures (`refused=True`).
 IN_PROCESS = {"query", "runs", "schema", "model", "compare", "store", "report", "explain"}
 
 
 def run_rooflab(
-    *args: object, cwd: Path | None = None, env: dict | None = None
+    *args: object, cwd: Path | None = None, env: dict | None = None, refused: bool = False
 ) -> subprocess.CompletedProcess:
     """The `rooflab` command as users and scripts call it (output captured): the installed
-    console script, or, for the IN_PROCESS commands without an `env` of their own, its `main`
-    in this process with the same arguments, working folder, output and exit status."""
+    console script, or, for the IN_PROCESS commands and those `refused`, without an `env` of
+    their own, its `main` in this process with the same arguments, working folder, output and
+    exit status."""
     words = [str(arg) for arg in args]
-    if env is None and words and words[0] in IN_PROCESS:
+    if env is None and words and (refused or words[0] in IN_PROCESS):
         return _in_process(words, cwd)
     return subprocess.run(
         [installed_script("rooflab"), *words],

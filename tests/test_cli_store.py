@@ -377,7 +377,9 @@ def test_help_says_what_each_option_does(store):
     assert "[--config CONFIG]" in ceilings and "default settings when omitted" in ceilings
     assert "[--config" not in ok("measure", "counters", "-h").split("\n\n")[0]
     one_line_error(
-        run_rooflab("measure", "gemm", "--sweep", "tiny", "--out", store.parent / "x"),
+        run_rooflab(
+            "measure", "gemm", "--sweep", "tiny", "--out", store.parent / "x", refused=True
+        ),
         "measure gemm: the following arguments are required: --config",
     )
     for command in (["query", "-h"], ["runs", "-h"], ["model", "gemm", "-h"], ["sql", "-h"]):

@@ -158,7 +158,9 @@ def test_rooflab_measure_refuses_before_measuring(case, tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))  # .inf and .nan written as YAML writes them
     out = tmp_path / "out"
-    result = run_rooflab("measure", "gemm", "--sweep", "s", "--config", path, "--out", out)
+    result = run_rooflab(
+        "measure", "gemm", "--sweep", "s", "--config", path, "--out", out, refused=True
+    )
     assert result.returncode != 0
     assert result.stderr.splitlines() == [f"rooflab: error: {path}: {says}"]
     assert not out.exists()
@@ -202,7 +204,8 @@ def test_a_binary_config_names_the_file(data, says, tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert str(caught.value) == f"{path}: {says}"
-    result = run_rooflab("measure", "ceilings", "--config", path, "--out", tmp_path / "out")
+    out = tmp_path / "out"
+    result = run_rooflab("measure", "ceilings", "--config", path, "--out", out, refused=True)
     assert result.returncode != 0
     assert result.stderr.splitlines() == [f"rooflab: error: {path}: {says}"]
 

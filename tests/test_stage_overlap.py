@@ -201,8 +201,9 @@ def test_cli_measure_stages_prints_the_contract(quick_ceilings_run, tmp_path):
         assert {"name", "flops", "bytes", "measured_s", "bound_s"} <= set(stage)
     assert len(list((tmp_path / "runs").iterdir())) == 1  # the stages run; ceilings were given
     refused = run_rooflab(
-        "measure", "stages", "--config", config, "--scenario", "nope", "--ceilings", ceilings_dir
-    )
+        "measure", "stages", "--config", config, "--scenario", "nope", "--ceilings", ceilings_dir,
+        refused=True,
+    )  # fmt: skip
     assert refused.returncode == 2
     assert "no measurable scenario nope in the config; measurable: two" in refused.stderr
 

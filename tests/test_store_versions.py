@@ -15,6 +15,7 @@ import pytest
 
 import rooflab.store.connection as connection_module
 import rooflab.store.versions as versions
+import rooflab.store.writer as writer_module
 from rooflab.backends.cpu import CpuBackend
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
@@ -96,6 +97,29 @@ def test_a_store_of_schema_6_takes_new_runs_without_a_migration_step(tmp_path, m
     # its rows as they were, in the columns they had; a column added since is null in them
     assert [{column: row[column] for column in before[0]} for row in kept] == before
     assert all(row["footprint_bytes"] is None for row in kept)
+
+
+def test_a_view_is_made_anew_where_its_sql_is_not_this_rooflabs_and_only_there(
+    tmp_path, measured, monkeypatch
+):
+    db = tmp_path / "rooflab.duckdb"
+    ingest(db, measured)
+    with duckdb.connect(str(db)) as raw:
+        (digest,) = raw.execute(
+            "SELECT comment FROM duckdb_views() WHERE view_name = 'imported_top_operators'"
+        ).fetchone()
+        # a view an older rooflab, or a user, made: no digest
+        raw.execute("CREATE OR REPLACE VIEW latest_ceilings AS SELECT 1 AS old")
+        # one that carries the digest of this rooflab's SQL is taken as made from it
+        raw.execute("CREATE OR REPLACE VIEW imported_top_operators AS SELECT 3 AS kept")
+        raw.execute(f"COMMENT ON VIEW imported_top_operators IS '{digest}'")
+    # and a view whose SQL this rooflab changed
+    changed = dict(writer_module.VIEWS_SQL, run_summary="SELECT 2 AS changed")
+    monkeypatch.setattr(writer_module, "VIEWS_SQL", changed)
+    ingest(db, measured)
+    assert query(db, "SELECT * FROM run_summary").to_pylist() == [{"changed": 2}]
+    assert "old" not in query(db, "SELECT * FROM latest_ceilings").column_names
+    assert query(db, "SELECT * FROM imported_top_operators").to_pylist() == [{"kept": 3}]
 
 
 def test_a_run_folder_written_before_schema_6_is_read_into_timed_points(tmp_path, measured):

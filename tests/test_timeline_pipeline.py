@@ -46,7 +46,8 @@ def test_the_cli_prints_one_object_per_mode(measured):
 
 def test_an_unknown_scenario_is_one_clear_error(measured):
     folder, _, _ = measured
-    result = run_rooflab("measure", "timeline", "--config", folder / "c.yaml", "--scenario", "x")
+    config = folder / "c.yaml"
+    result = run_rooflab("measure", "timeline", "--config", config, "--scenario", "x", refused=True)
     assert result.returncode == 2
     assert "no timeline scenario x in the config; timelines: small" in result.stderr
 

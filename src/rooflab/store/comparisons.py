@@ -64,11 +64,16 @@ COLUMNS = (
 ACCURACY_NOISE = 0.1
 
 
-def ensure_comparisons_table(connection) -> None:
+def ensure_comparisons_table(connection, present: set[str]) -> bool:
+    """Create run_comparisons or add the columns of COLUMNS it lacks (a store of an older
+    rooflab); `present`: the columns it has. Whether anything was added."""
+    if {name for name, _ in COLUMNS} <= present:
+        return False
     columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
     connection.execute(f"CREATE TABLE IF NOT EXISTS run_comparisons ({columns})")
-    for name, kind in COLUMNS:  # a store of an older rooflab grows the newer columns
+    for name, kind in COLUMNS:
         connection.execute(f"ALTER TABLE run_comparisons ADD COLUMN IF NOT EXISTS {name} {kind}")
+    return True
 
 
 def _runs(connection, run_ids: Iterable[str]) -> dict[str, dict]:
@@ -380,10 +385,9 @@ def _judge(
 
 def refresh_comparisons(connection, min_effect: float = MIN_EFFECT) -> int:
     """Replace run_comparisons with every key's newest run against the one before it; the
-    number of rows. The caller holds the transaction."""
+    number of rows. The caller holds the transaction, on a store its writer made up to date."""
     import pandas as pd
 
-    ensure_comparisons_table(connection)
     rows = compare_runs(connection, min_effect=min_effect)
     connection.execute("DELETE FROM run_comparisons")
     if rows:

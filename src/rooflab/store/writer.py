@@ -20,6 +20,7 @@ replace, in one transaction, the store's derived rows of the runs that step read
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -149,8 +150,8 @@ class _Writer:
         self.transaction(lambda: self._bring_up_to_date(db_path))
 
     def _bring_up_to_date(self, db_path: Path) -> None:
-        migrate(self.connection, db_path)  # first: a step sees the store as its version left it
-        self.ensure_schema()
+        # first: a step sees the store as its version left it
+        self.ensure_schema(views_anew=bool(migrate(self.connection, db_path)))
 
     def _load_columns(self) -> None:
         rows = self.connection.execute(
@@ -176,16 +177,36 @@ class _Writer:
             columns.append("PRIMARY KEY (run_id)")  # a second copy of a run cannot get in
         self.connection.execute(f"CREATE TABLE IF NOT EXISTS {_quote(name)} ({', '.join(columns)})")
 
-    def ensure_schema(self) -> None:
-        """Every table and column of records.TABLES (so queries work on an empty store), views."""
+    def ensure_schema(self, views_anew: bool = False) -> None:
+        """Every table and column of records.TABLES (so queries work on an empty store), views.
+        `views_anew`: make every view anew (a migration changed the tables they read)."""
         from rooflab.records import TABLES
 
         self._load_columns()
+        added = []
         for name, schema in TABLES.items():
-            self._fit_columns(name, schema.empty_table())  # a store of an older rooflab grows
-        ensure_comparisons_table(self.connection)  # the store's own: view `comparisons` reads it
+            added += self._fit_columns(name, schema.empty_table())  # an older store grows
+        # the store's own table, which view `comparisons` reads
+        comparisons = ensure_comparisons_table(
+            self.connection, self.columns.get("run_comparisons", set())
+        )
+        self._ensure_views(views_anew or comparisons or bool(added))
+
+    def _ensure_views(self, anew: bool) -> None:
+        """Make each view whose SQL changed, or every view when `anew`. A view's comment holds a
+        digest of the SQL it was made from: making all of them is most of a writer's opening."""
+        made = dict(
+            self.connection.execute(
+                "SELECT view_name, comment FROM duckdb_views() "
+                "WHERE database_name = current_database() AND schema_name = 'main'"
+            ).fetchall()
+        )
         for name, sql in VIEWS_SQL.items():
+            digest = hashlib.sha256(sql.encode()).hexdigest()[:16]
+            if not anew and made.get(name) == digest:
+                continue
             self.connection.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+            self.connection.execute(f"COMMENT ON VIEW {name} IS '{digest}'")
 
     def run_ids(self) -> set[str]:
         return {row[0] for row in self.connection.execute("SELECT run_id FROM runs").fetchall()}
@@ -196,6 +217,8 @@ class _Writer:
             self._create_table(name, table)
             self.columns[name] = {c.lower() for c in table.column_names}
             return [f"{name}.{c}" for c in table.column_names]
+        if {c.lower() for c in table.column_names} <= self.columns[name]:
+            return []  # nothing to add: no need for the columns' types
         added = []
         for column, duckdb_type in self._column_types(table):
             if column.lower() not in self.columns[name]:
