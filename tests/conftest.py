@@ -20,6 +20,18 @@ from rooflab.progress import ENV as PROGRESS_ENV
 TEST_FLUSH_BYTES = 8 << 20
 
 
+# What other processes and the hypervisor did, left unjudged: no quiet waited for, no run marked
+# busy, no sample disturbed, so that what a test checks of a measurement does not depend on what
+# else ran on the machine; the tests of that judgement (test_disturbance.py) set their own.
+UNJUDGED = {
+    "quiet_wait_s": 0,
+    "quiet_max_other_cpus": 1e6,
+    "max_other_cpus": 1e6,
+    "max_wait_fraction": 1.0,
+    "max_steal_fraction": 1.0,
+}
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_host(tmp_path_factory):
     """The whole session measures under its own lock directory (it neither waits for a campaign
@@ -111,8 +123,7 @@ def quick_ceilings_run(tmp_path_factory) -> tuple[list[dict], Path]:
     # clean_round), and no quiet is waited for (in the suite, up to 30 s of other tests'
     # leftovers); that judgement and the wait are tested in test_disturbance.py.
     config = out.parent / "quick_ceilings.yaml"
-    unjudged = {"max_other_cpus": 1e6, "max_steal_fraction": 1.0, "quiet_wait_s": 0}
-    config.write_text(yaml.safe_dump({"disturbance": unjudged}))
+    config.write_text(yaml.safe_dump({"disturbance": UNJUDGED}))
     result = run_rooflab(
         "measure",
         "ceilings",

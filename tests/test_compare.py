@@ -22,12 +22,12 @@ from rooflab.comparison import (
     within_run_effect,
 )
 from rooflab.store.comparisons import _changed, compare_runs, refresh_comparisons
-from tests.conftest import run_rooflab
+from tests.conftest import UNJUDGED, run_rooflab
 
 FAST = {
     "backend": "cpu",
     "timing": {"warmup_s": 0.01, "min_time_s": 0.05, "min_samples": 15},
-    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+    "disturbance": UNJUDGED,
 }
 KERNEL = textwrap.dedent(
     """

@@ -40,6 +40,7 @@ from rooflab.experiments.library_ceilings import _compare_variants
 from rooflab.experiments.library_ceilings import library_ceilings as _library_ceilings
 from rooflab.experiments.timing import TimingSettings
 from rooflab.progress import Progress
+from tests.conftest import UNJUDGED
 from tests.cublaslt_fake import (
     MEMORY,
     ComputeType,
@@ -373,9 +374,7 @@ class LtOnCpu(CublasLtGemms, CpuBackend):
         operands.y[...] = float32_to_bf16_bits(np, product)
 
 
-QUIET = DisturbanceSettings(
-    max_wait_fraction=1.0, max_other_cpus=1e6, max_steal_fraction=1.0, quiet_wait_s=0.0
-)
+QUIET = DisturbanceSettings(**UNJUDGED)
 TINY = TimingSettings(
     warmup_s=0, warmup_min_calls=1, min_time_s=0, min_samples=3, max_samples=3, rounds=1,
     disturbance=QUIET,

@@ -42,7 +42,9 @@ timing:
 disturbance:
   max_other_cpus: 1000000.0
   max_steal_fraction: 1.0
+  max_wait_fraction: 1.0
   quiet_wait_s: 0
+  quiet_max_other_cpus: 1000000.0
 sweeps:
   fast:
     m: [1, 8, 32]

@@ -73,7 +73,9 @@ TINY_CONFIG = """\
 backend: cpu
 disturbance:
   quiet_wait_s: 0
+  quiet_max_other_cpus: 1000000
   max_other_cpus: 1000000
+  max_wait_fraction: 1.0
   max_steal_fraction: 1.0
   retake_factor: 0
 timing:

@@ -36,6 +36,7 @@ from rooflab.report.workload_charts import (
     params_text,
 )
 from rooflab.store import ingest, query
+from tests.conftest import UNJUDGED
 from tests.rendered_marks import distance, intersect, legend_symbols, overprinted_texts, rendered
 from tests.report_pages import (
     AVX512_CASES,
@@ -515,7 +516,7 @@ def test_the_report_of_the_constructed_store_says_the_far_below_point(constructe
 FAST = {
     "backend": "cpu",
     "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
-    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+    "disturbance": UNJUDGED,
 }
 TINY_SWEEP = {
     "tiny": {

@@ -21,7 +21,7 @@ from rooflab.experiments.stage_overlap import StageOverlapError, run_stage_overl
 from rooflab.experiments.timing import TimingSettings
 from rooflab.model import ModelError, sized_stage, stage_bounds
 from rooflab.records import to_table, write_run
-from tests.conftest import run_rooflab
+from tests.conftest import UNJUDGED, run_rooflab
 
 SCENARIO = {
     "measurable": True,
@@ -34,7 +34,7 @@ SCENARIO = {
 }
 FAST = {
     "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
-    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+    "disturbance": UNJUDGED,
 }
 C, B = 50e9, 20e9  # FLOP/s and B/s the stages are sized from (round, for the checks)
 

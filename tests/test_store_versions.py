@@ -15,7 +15,7 @@ import pytest
 
 import rooflab.store.connection as connection_module
 import rooflab.store.versions as versions
-import rooflab.store.writer as writer_module
+import rooflab.store.views as views_module
 from rooflab.backends.cpu import CpuBackend
 from rooflab.experiments.gemm import run_gemm_sweep
 from rooflab.experiments.timing import TimingSettings
@@ -114,8 +114,8 @@ def test_a_view_is_made_anew_where_its_sql_is_not_this_rooflabs_and_only_there(
         raw.execute("CREATE OR REPLACE VIEW imported_top_operators AS SELECT 3 AS kept")
         raw.execute(f"COMMENT ON VIEW imported_top_operators IS '{digest}'")
     # and a view whose SQL this rooflab changed
-    changed = dict(writer_module.VIEWS_SQL, run_summary="SELECT 2 AS changed")
-    monkeypatch.setattr(writer_module, "VIEWS_SQL", changed)
+    changed = dict(views_module.VIEWS_SQL, run_summary="SELECT 2 AS changed")
+    monkeypatch.setattr(views_module, "VIEWS_SQL", changed)
     ingest(db, measured)
     assert query(db, "SELECT * FROM run_summary").to_pylist() == [{"changed": 2}]
     assert "old" not in query(db, "SELECT * FROM latest_ceilings").column_names

@@ -21,10 +21,11 @@ from rooflab.experiments import timeline_kernels
 from rooflab.experiments.timeline import MODES, TimelineError, run_timeline, timeline_ledger
 from rooflab.experiments.timing import TimingSettings
 from rooflab.records import to_table
+from tests.conftest import UNJUDGED
 
 FAST = TimingSettings.from_config(
     {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
-    {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+    UNJUDGED,
 )
 LAYERS, HIDDEN = 16, 64
 SPEC = {"layers": LAYERS, "hidden": HIDDEN, "dtype": "fp32", "modes": list(MODES), "seed": 3}

@@ -12,12 +12,12 @@ import pytest
 
 from rooflab.cli.measure_timeline import COLUMNS
 from rooflab.roofline.diagnosis import GAPS_SHARE
-from tests.conftest import run_rooflab
+from tests.conftest import UNJUDGED, run_rooflab
 
 CONFIG = {
     "backend": "cpu",
     "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
-    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+    "disturbance": UNJUDGED,
     "timelines": {"small": {"layers": 4, "hidden": 32}},
 }
 

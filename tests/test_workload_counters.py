@@ -28,6 +28,7 @@ from rooflab.experiments.workload_cases import WorkloadCase, run_workload
 from rooflab.records import read_run, to_table, write_run
 from rooflab.roofline import counter_points
 from rooflab.workloads import Case
+from tests.conftest import UNJUDGED
 from tests.counters_fixtures import replaying_ncu
 
 ENTRY = "rooflab.workloads.builtin:blockdiag_dense"
@@ -47,7 +48,7 @@ def timed(tmp_path_factory):
         {
             "backend": "cpu",
             "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
-            "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+            "disturbance": UNJUDGED,
         }
     )
     timing = TimingSettings.from_config(config["timing"], config["disturbance"])

@@ -15,13 +15,13 @@ import yaml
 
 from rooflab import Workload
 from rooflab.workloads import WorkloadError, cases, check_error, checked, load_entry
-from tests.conftest import REPO, installed_script
+from tests.conftest import REPO, UNJUDGED, installed_script
 
 # Short timings: what is checked here is the path, not the figures.
 FAST = {
     "backend": "cpu",
     "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3},
-    "disturbance": {"quiet_wait_s": 0, "max_other_cpus": 1e6, "max_steal_fraction": 1.0},
+    "disturbance": UNJUDGED,
 }
 
 

@@ -1,6 +1,8 @@
 """The store's named views: every number a reader (a user's SQL, the report) needs, defined once.
 Each comment says what one row is, with its columns and units where they are not in the name."""
 
+import hashlib
+
 from rooflab.records import POINT_VIEWS
 from rooflab.store.comparison_views import COMPARISON_VIEWS_SQL
 from rooflab.store.import_views import IMPORT_VIEWS_SQL
@@ -287,3 +289,21 @@ def view_query(view: str, /, **equal) -> str:
 
     where = " AND ".join(f"{column} = {literal(value)}" for column, value in equal.items())
     return f"SELECT * FROM {view}" + (f" WHERE {where}" if where else "")
+
+
+def make_views(connection, *, anew: bool) -> None:
+    """Make each view of VIEWS_SQL whose SQL changed, or every one when `anew` (the tables they
+    read changed). A view's comment holds a digest of the SQL it was made from: making all of
+    them anew was most of a writer's opening."""
+    made = dict(
+        connection.execute(
+            "SELECT view_name, comment FROM duckdb_views() "
+            "WHERE database_name = current_database() AND schema_name = 'main'"
+        ).fetchall()
+    )
+    for name, sql in VIEWS_SQL.items():
+        digest = hashlib.sha256(sql.encode()).hexdigest()[:16]
+        if not anew and made.get(name) == digest:
+            continue
+        connection.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+        connection.execute(f"COMMENT ON VIEW {name} IS '{digest}'")

@@ -20,7 +20,6 @@ replace, in one transaction, the store's derived rows of the runs that step read
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -55,7 +54,7 @@ from rooflab.store.connection import (
 )
 from rooflab.store.integrity import read_back, store_failures
 from rooflab.store.versions import migrate
-from rooflab.store.views import VIEWS_SQL
+from rooflab.store.views import VIEWS_SQL, make_views
 
 if TYPE_CHECKING:
     import duckdb
@@ -190,23 +189,7 @@ class _Writer:
         comparisons = ensure_comparisons_table(
             self.connection, self.columns.get("run_comparisons", set())
         )
-        self._ensure_views(views_anew or comparisons or bool(added))
-
-    def _ensure_views(self, anew: bool) -> None:
-        """Make each view whose SQL changed, or every view when `anew`. A view's comment holds a
-        digest of the SQL it was made from: making all of them is most of a writer's opening."""
-        made = dict(
-            self.connection.execute(
-                "SELECT view_name, comment FROM duckdb_views() "
-                "WHERE database_name = current_database() AND schema_name = 'main'"
-            ).fetchall()
-        )
-        for name, sql in VIEWS_SQL.items():
-            digest = hashlib.sha256(sql.encode()).hexdigest()[:16]
-            if not anew and made.get(name) == digest:
-                continue
-            self.connection.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-            self.connection.execute(f"COMMENT ON VIEW {name} IS '{digest}'")
+        make_views(self.connection, anew=views_anew or comparisons or bool(added))
 
     def run_ids(self) -> set[str]:
         return {row[0] for row in self.connection.execute("SELECT run_id FROM runs").fetchall()}
