@@ -72,9 +72,8 @@ def test_a_run_folder_under_a_file_is_refused_before_measuring(tmp_path):
     (tmp_path / "results").write_text("not a folder")
     with pytest.raises(NotWritable, match="results/runs: cannot write a run there"):
         check_writable(tmp_path / "results" / "runs")
-    result = run_rooflab(
-        "measure", "ceilings", "--backend", "cpu", "--quick", "--out", tmp_path / "results" / "runs"
-    )
+    out = tmp_path / "results" / "runs"
+    result = run_rooflab("measure", "ceilings", "--backend", "cpu", "--out", out, refused=True)
     _one_line_refusal(result, "cannot write a run there")
 
 
