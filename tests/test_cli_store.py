@@ -27,7 +27,7 @@ TINY = """\
 backend: cpu
 timing: {warmup_s: 0.01, warmup_min_calls: 1, min_time_s: 0.02, min_samples: 5, max_samples: 50}
 disturbance: {max_other_cpus: 1000000.0, max_steal_fraction: 1.0, quiet_wait_s: 0,
-              quiet_max_other_cpus: 1000000.0, max_wait_fraction: 1.0}
+              quiet_max_other_cpus: 1000000.0, max_wait_fraction: 1.0, quiet_window_s: 0.02}
 sweeps:
   tiny: {m: [1, 16], n: [64], k: [64], dtypes: [fp32, fp64], layouts: [nn],
          cache_states: [warm, cold]}

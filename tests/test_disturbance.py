@@ -216,6 +216,15 @@ def test_wait_for_quiet_waits_then_goes_on_with_a_warning(capsys):
     assert "1 other process(es) used the GPU" in check.warning
 
 
+def test_the_quiet_check_looks_at_the_machine_for_its_configured_window(monkeypatch):
+    """`quiet_window_s` is how long each look lasts (the tests' short one included)."""
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    settings = DisturbanceSettings(quiet_wait_s=0, quiet_max_other_cpus=1e6, quiet_window_s=0.07)
+    check = wait_for_quiet(settings, cpus_needed=1, label="test")
+    assert slept == [0.07] and check.warning is None
+
+
 def test_the_schema_defaults_are_the_settings_defaults():
     from rooflab.config import validate_config
 

@@ -45,6 +45,7 @@ disturbance:
   max_wait_fraction: 1.0
   quiet_wait_s: 0
   quiet_max_other_cpus: 1000000.0
+  quiet_window_s: 0.02
 sweeps:
   fast:
     m: [1, 8, 32]

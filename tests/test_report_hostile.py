@@ -74,6 +74,7 @@ backend: cpu
 disturbance:
   quiet_wait_s: 0
   quiet_max_other_cpus: 1000000
+  quiet_window_s: 0.02
   max_other_cpus: 1000000
   max_wait_fraction: 1.0
   max_steal_fraction: 1.0

@@ -38,9 +38,6 @@ from rooflab.config import defaults
 PROC_TASKS = Path("/proc/self/task")
 PROC_STAT = Path("/proc/stat")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# A quiet-check window: long enough for /proc/stat's 10 ms ticks to resolve a tenth of a CPU.
-QUIET_WINDOW_S = 0.25
-
 
 _DEFAULT = defaults("disturbance")  # config/schema.yaml: each setting's meaning and default
 
@@ -53,6 +50,7 @@ class DisturbanceSettings:
     max_steal_fraction: float = _DEFAULT["max_steal_fraction"]  # the hypervisor's steal
     quiet_wait_s: float = _DEFAULT["quiet_wait_s"]  # wait this long for quiet before measuring
     quiet_max_other_cpus: float = _DEFAULT["quiet_max_other_cpus"]
+    quiet_window_s: float = _DEFAULT["quiet_window_s"]  # each look at the machine's CPUs
 
     @classmethod
     def from_config(cls, section: dict) -> DisturbanceSettings:
@@ -333,7 +331,7 @@ class QuietCheck:
         }
 
 
-def other_cpus_now(window_s: float = QUIET_WINDOW_S, the_probe: DisturbanceProbe | None = None):
+def other_cpus_now(window_s: float, the_probe: DisturbanceProbe | None = None):
     """CPUs other processes used over the next `window_s` (this process sleeps meanwhile)."""
     the_probe = the_probe or probe()
     before = the_probe.snapshot(machine=True)
@@ -347,7 +345,6 @@ def wait_for_quiet(
     cpus_needed: int,
     label: str,
     gpu_other_processes=None,
-    window_s: float = QUIET_WINDOW_S,
     stream=None,
 ) -> QuietCheck:
     """Wait, up to settings.quiet_wait_s, until other processes leave the CPUs this measurement
@@ -359,7 +356,7 @@ def wait_for_quiet(
     started = time.monotonic()
     announced = False
     while True:
-        other = other_cpus_now(window_s, the_probe)
+        other = other_cpus_now(settings.quiet_window_s, the_probe)
         gpu_others = gpu_other_processes() if gpu_other_processes else 0
         busy = []
         if other is not None and other > allowed:
