@@ -102,11 +102,28 @@ def test_two_measuring_commands_started_together_measure_one_after_the_other(loc
     """The tester's case: two campaigns (or a rerun beside an orphaned job) at the same time. The
     second waits, says for whom, and the two runs' measuring intervals do not overlap."""
     import pyarrow.parquet as pq
+    import yaml
 
-    from tests.conftest import installed_script
+    from tests.conftest import UNJUDGED, installed_script
 
     env = {**os.environ, LOCK_DIR_ENV: str(lock_dir)}
-    command = [installed_script("rooflab"), "measure", "ceilings", "--backend", "cpu", "--quick"]
+    config = tmp_path / "lock.yaml"  # a sweep of about a second: long enough to be waited for
+    config.write_text(yaml.safe_dump({
+        "backend": "cpu",
+        "timing": {"warmup_s": 0.01, "min_time_s": 0.25, "min_samples": 3},
+        "disturbance": UNJUDGED,
+        "sweeps": {"lock": {"m": [1, 2, 4, 8], "n": [64], "k": [64], "dtypes": ["fp64"],
+                            "cache_states": ["warm"]}},
+    }))  # fmt: skip
+    command = [
+        installed_script("rooflab"),
+        "measure",
+        "gemm",
+        "--config",
+        config,
+        "--sweep",
+        "lock",
+    ]
     first, second = (
         subprocess.Popen(
             [*command, "--out", tmp_path / name],
