@@ -8,6 +8,7 @@ import pytest
 from scipy.stats import binom
 
 from rooflab.backends.cpu import CpuBackend
+from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.experiments.ceiling_plan import (
     COARSE_PER_OCTAVE,
     EDGE_CHANGE,
@@ -27,6 +28,7 @@ from rooflab.experiments.stopping import (
 )
 from rooflab.experiments.timing import TimingSettings, measure
 from rooflab.vocabulary import CacheState, StopReason
+from tests.conftest import UNJUDGED
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -104,7 +106,10 @@ def test_the_sample_cap_and_the_retakes_stop_it_too():
 
 def test_measure_stores_how_it_stopped():
     backend = CpuBackend()
-    loose = TimingSettings(warmup_s=0.001, min_time_s=1e-9, min_samples=8, rel_width=1e6)
+    unjudged = DisturbanceSettings(**UNJUDGED)  # what else runs flags no sample here
+    loose = TimingSettings(
+        warmup_s=0.001, min_time_s=1e-9, min_samples=8, rel_width=1e6, disturbance=unjudged
+    )
     measured = measure(lambda: sum(range(200)), backend, loose, CacheState.WARM)
     assert sum(not s.disturbed for s in measured.samples) == 8
     columns = measured.summary(0.1).columns()
@@ -114,7 +119,12 @@ def test_measure_stores_how_it_stopped():
         time.sleep(random.choice([0.0001, 0.002]))
 
     strict = TimingSettings(
-        warmup_s=0.001, min_time_s=0.001, min_samples=8, rel_width=1e-6, max_time_s=0.2
+        warmup_s=0.001,
+        min_time_s=0.001,
+        min_samples=8,
+        rel_width=1e-6,
+        max_time_s=0.2,
+        disturbance=unjudged,
     )
     started = time.perf_counter()
     measured = measure(jittery, backend, strict, CacheState.WARM)
