@@ -459,6 +459,9 @@ def test_a_beaten_roof_and_each_instruction_path_are_shown(quick_ceilings_run, t
     by_name = {row["name"]: row for row in rows}
     blas = by_name["fp64_blas"]["value"]
     by_name["fp64_fma"]["value"] = blas / 1.3
+    # and fp32's roof above its BLAS, whatever a busy machine measured: only fp64's is beaten
+    fp32 = by_name["fp32_fma"]
+    fp32["value"] = max(fp32["value"], 1.3 * by_name["fp32_blas"]["value"])
     for row in rows:
         row.pop("roof_beaten"), row.pop("roof_beaten_evidence")
     (line,) = beaten_roofs(rows, "cpu")
