@@ -19,19 +19,18 @@ from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import VIEWS_SQL, ingest
 from rooflab.store.comparisons import STORE_TABLES
 from rooflab.vocabulary import DIAGNOSIS_CAUSES
-from tests.conftest import installed_script, run_rooflab
+from tests.conftest import UNJUDGED, installed_script, run_rooflab
 from tests.store_runs import two_machines
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = """\
 backend: cpu
 timing: {warmup_s: 0.01, warmup_min_calls: 1, min_time_s: 0.02, min_samples: 5, max_samples: 50}
-disturbance: {max_other_cpus: 1000000.0, max_steal_fraction: 1.0, quiet_wait_s: 0,
-              quiet_max_other_cpus: 1000000.0, max_wait_fraction: 1.0, quiet_window_s: 0.02}
+disturbance: <unjudged>
 sweeps:
   tiny: {m: [1, 16], n: [64], k: [64], dtypes: [fp32, fp64], layouts: [nn],
          cache_states: [warm, cold]}
-"""
+""".replace("<unjudged>", json.dumps(UNJUDGED))
 
 
 def ok(*args, cwd: Path | None = None) -> str:

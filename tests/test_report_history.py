@@ -12,6 +12,7 @@ first runs only: one run per key, one machine.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import shutil
 from pathlib import Path
@@ -24,7 +25,7 @@ from rooflab.report.history_charts import changes_html
 from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import ingest, query
 from rooflab.units import format_quantity
-from tests.conftest import run_rooflab
+from tests.conftest import UNJUDGED, run_rooflab
 from tests.report_pages import NODE_B, copy_run, tables_of
 
 FAST_CONFIG = """\
@@ -39,13 +40,7 @@ timing:
   min_samples: 20
   max_samples: 40
   rounds: 1
-disturbance:
-  max_other_cpus: 1000000.0
-  max_steal_fraction: 1.0
-  max_wait_fraction: 1.0
-  quiet_wait_s: 0
-  quiet_max_other_cpus: 1000000.0
-  quiet_window_s: 0.02
+disturbance: <unjudged>
 sweeps:
   fast:
     m: [1, 8, 32]
@@ -54,7 +49,7 @@ sweeps:
     dtypes: [fp64]
     layouts: [nn]
     cache_states: [warm, cold]
-"""
+""".replace("<unjudged>", json.dumps(UNJUDGED))
 KNOWN_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 

@@ -34,6 +34,7 @@ from rooflab.report.names import (
 )
 from rooflab.roofline import build_analysis, write_analysis
 from rooflab.store import ingest
+from tests.conftest import UNJUDGED
 from tests.report_pages import CHROMIUM, NO_CHROMIUM, copy_run, render_in_browser, rooflab_ok
 
 PWNED = "PWNED"
@@ -71,14 +72,7 @@ STAGES = {name: _scenario(ATTRIBUTE_XSS) for name in [*HOSTILE, "a-b", "a_b", "d
 # what other processes do is left unjudged (and not waited out): only the names matter here
 TINY_CONFIG = """\
 backend: cpu
-disturbance:
-  quiet_wait_s: 0
-  quiet_max_other_cpus: 1000000
-  quiet_window_s: 0.02
-  max_other_cpus: 1000000
-  max_wait_fraction: 1.0
-  max_steal_fraction: 1.0
-  retake_factor: 0
+disturbance: <unjudged>
 timing:
   warmup_s: 0.01
   warmup_min_calls: 1
@@ -93,7 +87,7 @@ sweeps:
     dtypes: [fp32]
     layouts: [nn]
     cache_states: [warm, cold]
-"""
+""".replace("<unjudged>", json.dumps({**UNJUDGED, "retake_factor": 0}))
 
 
 # -- the mapping and the escaping, without a store ----------------------------------------------
