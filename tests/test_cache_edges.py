@@ -1,6 +1,8 @@
 """The cache edges a sweep finds from its own points, and the flush sized from the last one, on
 curves of the shapes real sweeps have had (rates in GB/s; the finder reads only ratios)."""
 
+import itertools
+
 import pytest
 
 from rooflab.backends.base import FLUSH_BYTES_ENV, FLUSH_SAFETY, BackendError, flush_size
@@ -63,6 +65,23 @@ def test_the_vm_s_edges_are_where_its_rate_falls_and_its_l3_is_far_below_the_rep
         "L3": (8 * MiB, 64 * MiB),
         "DRAM": (256 * MiB, 512 * MiB),
     }
+
+
+def test_a_level_s_window_starts_past_the_one_before_it():
+    # A quick triad sweep on this VM (GB/s by working set, 2026-12-06): no L2 fall was seen and
+    # the L3's edge (3 MB) lay below 2x the 2 MiB L2 reported, so the L3's window fell back to
+    # its plateau's run from 81 KiB, over the L2's, and the L3 roof was taken from a 1 MB point
+    # the sweep placed on the L2.
+    rates = {
+        15360: 420.1, 30720: 431.5, 43008: 414.6, 61440: 333.0, 82944: 199.2, 116736: 197.4,
+        135168: 194.9, 221184: 190.7, 423936: 191.5, 814080: 186.0, 1029120: 201.3,
+        1563648: 192.3, 2995200: 175.3, 4279296: 170.4, 5744640: 160.2, 11019264: 148.4,
+    }  # fmt: skip
+    caches = {"L1": 64 * KiB, "L2": 2 * MiB, "L3": 32 * MiB}
+    assert find_edges(rates, caches)[2].plateau_from == 82944
+    windows, _ = level_windows(rates, caches, "DRAM", GiB)
+    assert windows["L2"] == (128 * KiB, MiB) and windows["L3"] == (MiB + 1, 2995200)
+    assert all(high < low for (_, high), (low, _) in itertools.pairwise(windows.values()))
 
 
 def test_the_memory_plateau_is_established_only_past_the_last_fall_by_agreeing_points():

@@ -160,7 +160,8 @@ def level_windows(
     them: a cache's plateau as its points show it, up to its edge, or, where no fall is seen,
     [PLATEAU_ABOVE x the level before it, PLATEAU_BELOW x its reported capacity]; the memory's,
     where `memory_level` names one, its established plateau, else from MEMORY_ABOVE x the last
-    edge (measured, else the summed reported capacities) and `memory_from` to `high`."""
+    edge (measured, else the summed reported capacities) and `memory_from` to `high`; each
+    window starts past the one before it."""
     edges = find_edges(rates, reported)
     windows, previous = {}, 0
     for edge in edges:
@@ -180,7 +181,19 @@ def level_windows(
         last = edges[-1].measured_bytes if edges else None
         fallback = (int(max(MEMORY_ABOVE * (last or sum(reported.values())), memory_from)), high)
         windows[memory_level] = memory_plateau(rates, edges, memory_from) or fallback
-    return windows, edges
+    return _disjoint(windows), edges
+
+
+def _disjoint(windows: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The windows (in order of size), each starting past the end of the one before it: a
+    working set is on one level's plateau at most, so that a ceiling is never taken from a
+    point the sweep places on another level (seen: an L3 edge found below 2x the reported L2
+    fell back to the start of its plateau's run, inside the L2's window)."""
+    disjoint, end = {}, -1
+    for level, (low, high) in windows.items():
+        disjoint[level] = (max(low, end + 1), high)
+        end = max(end, high)
+    return disjoint
 
 
 def size_flush_from_ceilings(backend, receipt_path: str | Path) -> str:
