@@ -59,22 +59,24 @@ def installed_script(name: str) -> str:
     return found
 
 
-# Commands that only read, compute and print (or write the store or the report): run in this
-# process, which saves a Python start and rooflab's imports (about 0.5 s) per call. A measuring
-# command (`measure`: watchdogs, thread pools, signals) gets a process of its own, unless the
-# test expects it refused before it measures (`refused=True`).
+# Commands that only read, compute and print (or write the store or the report), and the
+# measurements of rooflab's own kernels, run in this process: that saves a Python start and
+# rooflab's imports (about 0.5 s) per call. A user's workload (its kernel may hang, write to file
+# descriptor 1 or exit) and any command given an `env` get a process of their own, unless the
+# test expects the command refused before it measures (`refused=True`). A hang of rooflab's own
+# kernels would end pytest itself, with the watchdog's line naming what hung.
 IN_PROCESS = {"query", "runs", "schema", "model", "compare", "store", "report", "explain"}
+IN_PROCESS_MEASURE = {"gemm", "ceilings", "counters", "timeline", "stages"}
 
 
 def run_rooflab(
     *args: object, cwd: Path | None = None, env: dict | None = None, refused: bool = False
 ) -> subprocess.CompletedProcess:
     """The `rooflab` command as users and scripts call it (output captured): the installed
-    console script, or, for the IN_PROCESS commands and those `refused`, without an `env` of
-    their own, its `main` in this process with the same arguments, working folder, output and
-    exit status."""
+    console script, or, for the commands above, its `main` in this process with the same
+    arguments, working folder, output and exit status."""
     words = [str(arg) for arg in args]
-    if env is None and words and (refused or words[0] in IN_PROCESS):
+    if env is None and words and (refused or _in_process_command(words)):
         return _in_process(words, cwd)
     return subprocess.run(
         [installed_script("rooflab"), *words],
@@ -84,6 +86,12 @@ def run_rooflab(
         text=True,
         check=False,
     )
+
+
+def _in_process_command(words: list[str]) -> bool:
+    if words[0] == "measure":
+        return len(words) > 1 and words[1] in IN_PROCESS_MEASURE
+    return words[0] in IN_PROCESS
 
 
 def _in_process(words: list[str], cwd: Path | None) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """Runs compared beyond noise (issue 30): the statistics on their own, then real runs of a kernel
-whose cost we set (a sleep of 2 ms three times, then 3 ms; and a young store of 2 ms then 3 ms)
-through the store's views, `rooflab compare` with --fail-on, and `rooflab store prune`."""
+whose cost we set (a sleep of 2 ms three times, then 3 ms; and a young store of the first and the
+last of them) through the store's views, `rooflab compare` with --fail-on, and `rooflab store
+prune`."""
 
 from __future__ import annotations
 
@@ -156,9 +157,16 @@ def store(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def young(tmp_path_factory):
-    """Two runs, 2 ms then 3 ms: no run-to-run spread known yet."""
-    return _measured_store(tmp_path_factory.mktemp("young"), ("0.002", "0.003"))
+def young(store, tmp_path_factory):
+    """Two runs, 2 ms then 3 ms (the store's first and last, in a store of their own): no
+    run-to-run spread known yet."""
+    folder = tmp_path_factory.mktemp("young")
+    for run in (store["runs"][0], store["runs"][-1]):
+        shutil.copytree(store["db"].parent / "runs" / run, folder / "runs" / run)
+    db = folder / "store.duckdb"
+    ingested = run_rooflab("store", "ingest", "--db", db, "--results", folder / "runs")
+    assert ingested.returncode == 0, ingested.stderr
+    return {"db": db}
 
 
 def _compare(store, *args):

@@ -226,7 +226,7 @@ def test_a_workload_job_plans_its_builds_and_checks():
     in its plan: the done line's plan counts what the job did."""
 
     class Slow:
-        """A case whose build takes 0.3 s and whose check 0.1 s (a large input, a reference)."""
+        """A case whose build takes 0.15 s and whose check 0.05 s (a large input, a reference)."""
 
         kind, recheck, what = "workload", True, "slow case"
 
@@ -237,10 +237,10 @@ def test_a_workload_job_plans_its_builds_and_checks():
             return None
 
         def build(self, backend):
-            time.sleep(0.3)
+            time.sleep(0.15)
 
             def check(when):
-                time.sleep(0.1)
+                time.sleep(0.05)
                 return [{"config_id": self.config_id, "passed": True, "detail": when}]
 
             return Built(lambda: None, check, {"flops": 1, "bytes_model": 8})
@@ -255,8 +255,8 @@ def test_a_workload_job_plans_its_builds_and_checks():
     timing = TimingSettings(rounds=2, warmup_s=0.0, min_time_s=0.01, min_samples=3)
     time_cases(run, [Slow("a"), Slow("b")], ["warm", "cold"], timing)
     progress.close()
-    # 2 cases x 2 rounds: builds 1.2 s, checks (after each of 8 timings, and 2 before) ~1 s
-    assert progress.promised > 1.5, log.getvalue()
+    # 2 cases x 2 rounds: builds 0.6 s, checks (after each of 8 timings, and 2 before) 0.5 s
+    assert progress.promised > 0.75, log.getvalue()
     # both cases built in round 1: their work known, the plan gave an ETA from then
     assert progress.sized and progress.first_estimate is not None
 
@@ -375,7 +375,7 @@ CHILD = textwrap.dedent(
         progress.plan([0.3] * 10)
         for index in range(10):
             progress.start(f"m{index}", 0.3)
-            time.sleep(0.3)
+            time.sleep(0.15)
     """
 )
 
