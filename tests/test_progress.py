@@ -252,7 +252,7 @@ def test_a_workload_job_plans_its_builds_and_checks():
             "correctness": [], "samples": [], "timed_points": [], "conditions": []},
         None, None, False,
     )  # fmt: skip
-    timing = TimingSettings(rounds=2, warmup_s=0.0, min_time_s=0.01, min_samples=3)
+    timing = TimingSettings(rounds=2, warmup_s=0.0, min_time_s=0.01, min_samples=3, max_samples=20)
     time_cases(run, [Slow("a"), Slow("b")], ["warm", "cold"], timing)
     progress.close()
     # 2 cases x 2 rounds: builds 0.6 s, checks (after each of 8 timings, and 2 before) 0.5 s
@@ -375,7 +375,7 @@ CHILD = textwrap.dedent(
         progress.plan([0.3] * 10)
         for index in range(10):
             progress.start(f"m{index}", 0.3)
-            time.sleep(0.15)
+            time.sleep(0.3)
     """
 )
 
