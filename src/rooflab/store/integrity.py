@@ -34,27 +34,39 @@ def _quote(identifier: str) -> str:
 
 
 def read_back(db_path: str | Path, *, lock_timeout_s: float = 10.0) -> int:
-    """Read every column of every table of the store in full (a hash of each value, so no column
+    """Read every column of every table of the store in full (a hash of each row, so no column
     is skipped and nothing is kept in memory), on a connection of its own; StoreDamaged naming the
     file and the first table that cannot be read. The number of tables read."""
     import duckdb
+
+    def reads(names: list[str]) -> str:
+        return " UNION ALL ".join(
+            f"SELECT count(*), bit_xor(hash(*COLUMNS(*))) FROM {_quote(name)}" for name in names
+        )
 
     db_path = Path(db_path)
     connection = _open(
         db_path, read_only=True, lock_timeout_s=lock_timeout_s, action="the check", locked=True
     )
-    name = None
+    what = "its list of tables"
     try:
-        tables = connection.execute(
-            "SELECT table_name FROM duckdb_tables() "
-            "WHERE database_name = current_database() AND schema_name = 'main' ORDER BY 1"
-        ).fetchall()
-        for (name,) in tables:
-            connection.execute(
-                f"SELECT count(*), bit_xor(hash(COLUMNS(*))) FROM {_quote(name)}"
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT table_name FROM duckdb_tables() "
+                "WHERE database_name = current_database() AND schema_name = 'main' ORDER BY 1"
             ).fetchall()
+        ]
+        what = "its tables"
+        try:  # every table in one query: one round trip, not one per table
+            connection.execute(reads(tables)).fetchall()
+        except duckdb.Error:
+            for name in tables:  # one at a time, to name the table that cannot be read
+                what = f"table {name}"
+                connection.execute(reads([name])).fetchall()
+            what = "its tables"
+            raise
     except duckdb.Error as error:
-        what = f"table {name}" if name else "its list of tables"
         raise StoreDamaged(
             f"{db_path}: {what} cannot be read back ({_one_line(error)}); {REPAIR}"
         ) from None
