@@ -10,7 +10,6 @@ test_report_scale and test_unplaced_points; not a test module, so pytest collect
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 import shutil
@@ -227,7 +226,8 @@ def _rows(run_dir: Path) -> dict[str, list[dict]]:
 
 
 def copy_run(run_dir: Path, out_dir: Path, started_at, *, runs=None, edit=None) -> str:
-    tables = copy.deepcopy(_rows(run_dir))
+    # every column a scalar (records.TABLES): a copy of each row is a copy of the run
+    tables = {name: [dict(row) for row in rows] for name, rows in _rows(run_dir).items()}
     run_id = new_run_id(started_at)
     for rows in tables.values():
         for row in rows:
