@@ -34,8 +34,9 @@ from rooflab.records import SCHEMA_VERSION, read_run
 from tests.conftest import installed_script, run_rooflab
 
 FAST = TimingSettings(
-    warmup_s=0.01, warmup_min_calls=2, min_time_s=0.02, min_samples=3, max_samples=50
-)
+    warmup_s=0.01, warmup_min_calls=2, min_time_s=0.02, min_samples=3, max_samples=50,
+    disturbance=DisturbanceSettings(quiet_window_s=0.02),  # a coarse quiet check will do here
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
