@@ -379,6 +379,21 @@ def damage_a_block_of(db: Path, table: str) -> int:
     return offset
 
 
+def test_the_read_back_counts_every_table_and_a_file_of_none(results, db, tmp_path):
+    from rooflab.store.integrity import read_back
+
+    two_machines(results)
+    ingest(db, results)
+    with duckdb.connect(str(db), read_only=True) as connection:
+        (tables,) = connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchone()
+    assert read_back(db) == tables > 0
+    empty = tmp_path / "empty.duckdb"
+    duckdb.connect(str(empty)).close()
+    assert read_back(empty) == 0
+
+
 def test_ingest_fails_in_one_line_on_a_store_with_a_damaged_block(results, db):
     """Found by an adversarial run: `rooflab store ingest` exited 0 on a store with a corrupt
     block that queries then failed on. Now it reads every table back whole first."""

@@ -59,7 +59,8 @@ def read_back(db_path: str | Path, *, lock_timeout_s: float = 10.0) -> int:
         ]
         what = "its tables"
         try:  # every table in one query: one round trip, not one per table
-            connection.execute(reads(tables)).fetchall()
+            if tables:
+                connection.execute(reads(tables)).fetchall()
         except duckdb.Error:
             for name in tables:  # one at a time, to name the table that cannot be read
                 what = f"table {name}"
