@@ -17,6 +17,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from rooflab.records import new_run_id, read_run, write_run
@@ -51,11 +52,10 @@ def layers_of(spec: dict) -> list[dict]:
 
 
 def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
-    """Each label of a Roofline spec (a roof's, or a point's name): (text, `inside((px, py))`,
-    the chart's pixel mapping,
-    points inside its box) for its text box on the chart's pixels: `char_px` per character, 11 px
-    high, placed by its text mark's align, dx, dy and angle (Vega turns the text about its
-    anchor, then offsets it by dx and dy)."""
+    """Each label of a Roofline spec (a roof's, or a point's name): (text, `inside(points)`, the
+    chart's pixel mapping, points inside its box) for its text box on the chart's pixels:
+    `char_px` per character, 11 px high, placed by its text mark's align, dx, dy and angle (Vega
+    turns the text about its anchor, then offsets it by dx and dy)."""
     import math
 
     layers = layers_of(spec)
@@ -87,20 +87,24 @@ def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
                 "center": (dx - length / 2, dx + length / 2),
             }.get(mark.get("align"), (dx - length, dx))
 
-            def inside(p, ax=ax, ay=ay, theta=theta, u=(u_lo, u_hi), dy=dy):
-                px, py = p[0] - ax, p[1] - ay
+            def inside(points, ax=ax, ay=ay, theta=theta, u=(u_lo, u_hi), dy=dy):
+                """Whether any of `points` (an array of pixel (x, y) rows) is in the box."""
+                px, py = points[:, 0] - ax, points[:, 1] - ay
                 along = px * math.cos(theta) + py * math.sin(theta)
                 across = -px * math.sin(theta) + py * math.cos(theta)
-                return u[0] <= along <= u[1] and dy - 5.5 <= across <= dy + 5.5
-
-            samples = [
-                (
-                    ax + u * math.cos(theta) - v * math.sin(theta),
-                    ay + u * math.sin(theta) + v * math.cos(theta),
+                return bool(
+                    np.any((u[0] <= along) & (along <= u[1]) & (np.abs(across - dy) <= 5.5))
                 )
-                for u in range(int(u_lo), int(u_hi) + 1, 2)
-                for v in range(int(dy - 5), int(dy + 6), 2)
-            ]
+
+            u, v = np.meshgrid(
+                np.arange(int(u_lo), int(u_hi) + 1, 2), np.arange(int(dy - 5), int(dy + 6), 2)
+            )
+            samples = np.column_stack(
+                (
+                    (ax + u * math.cos(theta) - v * math.sin(theta)).ravel(),
+                    (ay + u * math.sin(theta) + v * math.cos(theta)).ravel(),
+                )
+            )
             boxes.append((text, inside, to_px, samples))
     return boxes
 
@@ -118,10 +122,8 @@ def label_crossings(spec: dict) -> list[tuple[str, str]]:
         for roof, ends in roofs.items():
             (ax, ay), (bx, by) = (to_px(*end) for end in ends)
             steps = 4 * int(abs(bx - ax) + abs(by - ay)) + 2
-            samples = (
-                (ax + (bx - ax) * i / steps, ay + (by - ay) * i / steps) for i in range(steps + 1)
-            )
-            if any(inside(p) for p in samples):
+            along = np.linspace(0.0, 1.0, steps + 1)
+            if inside(np.column_stack((ax + (bx - ax) * along, ay + (by - ay) * along))):
                 crossings.append((label, roof))
     return crossings
 
@@ -133,7 +135,7 @@ def label_overlaps(spec: dict) -> list[tuple[str, str]]:
         (a, b)
         for i, (a, _, _, samples) in enumerate(boxes)
         for b, inside, _, _ in boxes[i + 1 :]
-        if any(inside(p) for p in samples)
+        if inside(samples)
     ]
 
 

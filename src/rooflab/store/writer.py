@@ -68,6 +68,8 @@ _INGEST_KEPT = (
 )
 _REBUILD_KEPT = "the store is as it was and the new one was removed: free space, then rebuild"
 ROOFLINE_FOLDER = Path("roofline")  # the derived tables, <table>.parquet
+# Arrow schema -> DuckDB column types: fixed in a process; asking was most of a new store's tables
+_COLUMN_TYPES: dict[pa.Schema, list[tuple[str, str]]] = {}
 
 
 @dataclass
@@ -162,13 +164,15 @@ class _Writer:
             self.columns.setdefault(table_name.lower(), set()).add(column_name.lower())
 
     def _column_types(self, table: pa.Table) -> list[tuple[str, str]]:
-        """(name, DuckDB type) of each column of an Arrow table."""
-        self.connection.register("_incoming_schema", table.slice(0, 0))
-        try:
-            described = self.connection.execute("DESCRIBE SELECT * FROM _incoming_schema")
-            return [(row[0], row[1]) for row in described.fetchall()]
-        finally:
-            self.connection.unregister("_incoming_schema")
+        """(name, DuckDB type) of each column of an Arrow table; DuckDB asked once per schema."""
+        if table.schema not in _COLUMN_TYPES:
+            self.connection.register("_incoming_schema", table.slice(0, 0))
+            try:
+                described = self.connection.execute("DESCRIBE SELECT * FROM _incoming_schema")
+                _COLUMN_TYPES[table.schema] = [(row[0], row[1]) for row in described.fetchall()]
+            finally:
+                self.connection.unregister("_incoming_schema")
+        return _COLUMN_TYPES[table.schema]
 
     def _create_table(self, name: str, table: pa.Table) -> None:
         columns = [f"{_quote(c)} {t}" for c, t in self._column_types(table)]
@@ -308,8 +312,7 @@ class _Writer:
 
 
 def _run_version(folder: RunFolder) -> int | None:
-    """The schema version its runs row says it was written with (None: not readable here; the
-    folder's full read says why)."""
+    """The schema version its runs row names (None: unreadable; read_run_folder says why)."""
     import pyarrow.parquet as pq
 
     try:
