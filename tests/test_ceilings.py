@@ -7,6 +7,7 @@ import pytest
 
 from rooflab.backends.base import FLUSH_BYTES_ENV, CeilingLoad, LocalCache, flush_size
 from rooflab.backends.cpu import CpuBackend
+from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.config import ConfigError, validate_config
 from rooflab.experiments.cache_edges import FALL
 from rooflab.experiments.ceiling_plan import (
@@ -21,9 +22,11 @@ from rooflab.experiments.ceilings import run_ceilings
 from rooflab.experiments.stopping import StoppingRule
 from rooflab.records import read_run, to_table
 from rooflab.vocabulary import measured_cache_bytes
-from tests.conftest import clean_round, used_windows
+from tests.conftest import UNJUDGED, clean_round, used_windows
 
 KiB, MiB = 1024, 1024 * 1024
+# QUICK's sweep as the sweep tests set it, no quiet waited for (conftest.UNJUDGED)
+QUICK_UNJUDGED = replace(QUICK, disturbance=DisturbanceSettings.from_config(UNJUDGED))
 
 
 def test_working_set_grid_is_finer_than_2x_and_spans_the_range():
@@ -232,7 +235,7 @@ def test_a_local_cache_is_swept_per_unit_and_its_plateau_is_inside_one_unit():
     backend = PerCoreL1Backend()
     l1d = backend.local_cache.bytes_per_unit
     settings = replace(
-        QUICK,
+        QUICK_UNJUDGED,
         min_working_set_bytes=64 * KiB,
         max_working_set_bytes=2 * MiB,
         kernels=("read",),
@@ -361,7 +364,7 @@ def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_
 
 # A quick run of one triad sweep and one FMA dtype: what the retake tests drive
 TRIAD_ONLY = replace(
-    QUICK, kernels=("triad",), window_s=0.002, fma_dtypes=("fp64",), blas_dtypes=()
+    QUICK_UNJUDGED, kernels=("triad",), window_s=0.002, fma_dtypes=("fp64",), blas_dtypes=()
 )
 
 

@@ -22,7 +22,7 @@ from rooflab.experiments.timing import TimingSettings
 from rooflab.records import POINT_VIEWS, SCHEMA_VERSION, TABLES, write_run
 from rooflab.store import RunsSetAside, StoreError, ingest, query, rebuild
 from rooflab.store.connection import VERSION_TABLE, StoreTooNew
-from tests.conftest import run_rooflab
+from tests.conftest import UNJUDGED, run_rooflab
 
 FIXTURES = Path(__file__).parent / "fixtures" / "store"
 FIXTURE = FIXTURES / "schema5.duckdb.gz"
@@ -40,7 +40,9 @@ def old_store(tmp_path: Path, fixture: Path = FIXTURE) -> Path:
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> Path:
     """A results folder with one real, tiny GEMM run of this rooflab."""
-    timing = TimingSettings(warmup_s=0.01, min_time_s=0.01, min_samples=3, rounds=1)
+    timing = TimingSettings.from_config(
+        {"warmup_s": 0.01, "min_time_s": 0.01, "min_samples": 3, "rounds": 1}, UNJUDGED
+    )
     tables = run_gemm_sweep(CpuBackend(), "v", SWEEP, timing)
     results = tmp_path_factory.mktemp("versions") / "results"
     write_run(results / "sweeps" / "v" / "runs", tables["runs"][0]["run_id"], tables)
