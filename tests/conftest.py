@@ -39,12 +39,14 @@ def private_host(tmp_path_factory):
     """The whole session measures under its own lock directory (it neither waits for a campaign
     on this host nor makes one wait) with the test flush, and shows no progress on the terminal
     (a test of the Snakefile's switch that sets it would otherwise leave it on for every later
-    `rooflab measure`, whose status line then lands in pytest's output); subprocesses inherit
-    all three."""
+    `rooflab measure`, whose status line then lands in pytest's output), and a cache folder of
+    its own; subprocesses inherit all four."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(LOCK_DIR_ENV, str(tmp_path_factory.mktemp("locks")))
         patch.setenv(FLUSH_BYTES_ENV, str(TEST_FLUSH_BYTES))
         patch.setenv(PROGRESS_ENV, "off")
+        # the user's cache folder (the report's Vega bundle): tests write nothing outside
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
         yield
 
 

@@ -410,6 +410,28 @@ def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, stor
     assert {row["q_source"] for row in rows if "achieved_flops_per_s" in row} == {"model"}
 
 
+def test_the_vega_bundle_is_built_once_and_kept_whole_in_the_users_cache(tmp_path, monkeypatch):
+    """vl-convert's bundle of Vega, Vega-Lite and vega-embed (about 2 s to build) is kept in the
+    user's cache folder, named by the versions it was built for, and read by the next report
+    process; where that folder cannot be written, the report still gets it, and nothing is left."""
+    import vl_convert as vlc
+
+    from rooflab.report.page import _vega_bundle, vl_version
+
+    build = _vega_bundle.__wrapped__  # not this process's copy (functools.cache)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bundle = build()
+    (kept,) = (tmp_path / "cache" / "rooflab").iterdir()  # no partial file beside it
+    assert kept.name == f"vega-bundle-{vlc.__version__}-{vl_version()}.js"
+    assert kept.read_text(encoding="utf-8") == bundle and len(bundle) > 100_000
+    kept.write_text("// the kept bundle", encoding="utf-8")
+    assert build() == "// the kept bundle"  # read back, not built again
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))  # no folder can be made there
+    assert build() == bundle
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "cache"]
+
+
 def test_report_only_reads_the_store(store, built, tmp_path):
     before = hashlib.sha256(store.read_bytes()).hexdigest()
     again = build_report(store, tmp_path / "again", images=False)

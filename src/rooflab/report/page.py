@@ -3,8 +3,10 @@ Vega-Lite and vega-embed inline (vl-convert's bundle) and a box that shows any r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -130,10 +132,27 @@ Promise.all(done).then(() => document.body.setAttribute('data-rendered', 'true')
 
 @functools.cache
 def _vega_bundle() -> str:
-    """Vega, Vega-Lite and vega-embed as one script; built once per process (about 3 s)."""
+    """Vega, Vega-Lite and vega-embed as one script. vl-convert takes about 2 s to build it, so
+    the first build is kept in the user's cache folder, named by the vl-convert and Vega-Lite
+    versions it was built for, and every later report (a campaign's report job) reads it; where
+    that folder cannot be written, it is built each time."""
     import vl_convert as vlc
+    from platformdirs import user_cache_path
 
-    return vlc.javascript_bundle(vl_version=vl_version())
+    version = vl_version()
+    kept = user_cache_path("rooflab") / f"vega-bundle-{vlc.__version__}-{version}.js"
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        return kept.read_text(encoding="utf-8")
+    bundle = vlc.javascript_bundle(vl_version=version)
+    partial = kept.with_name(f".{kept.name}.{os.getpid()}.partial")
+    try:  # whole or not at all: another report reads it as soon as it is renamed
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(bundle, encoding="utf-8")
+        partial.replace(kept)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+    return bundle
 
 
 def vl_version() -> str:
