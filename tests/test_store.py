@@ -1,6 +1,7 @@
 """The DuckDB store: real Parquet runs written by records.write_run, real DuckDB files."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,8 +86,9 @@ def results(tmp_path):
 
 
 @pytest.fixture
-def db(results):
-    return results / "rooflab.duckdb"
+def db(results, empty_store):
+    """results/rooflab.duckdb: a store with no runs yet (conftest's empty one, copied)."""
+    return Path(shutil.copyfile(empty_store, results / "rooflab.duckdb"))
 
 
 def hold_store(db, *, read_only, seconds=30.0) -> subprocess.Popen:
@@ -110,7 +112,8 @@ def hold_store(db, *, read_only, seconds=30.0) -> subprocess.Popen:
 # -- ingest ---------------------------------------------------------------------------------------
 
 
-def test_empty_store_has_every_table_and_view(results, db):
+def test_empty_store_has_every_table_and_view(results):
+    db = results / "new.duckdb"  # made here, from nothing
     report = ingest(db, results)
     assert report.added_run_ids == [] and report.present_run_ids == []
     with duckdb.connect(str(db), read_only=True) as connection:  # one connection, 60 queries
@@ -495,7 +498,8 @@ def test_rebuild_derives_every_kept_run_whatever_the_current_config(
     assert inputs == [{"kind": "ceilings", "n": 1}, {"kind": "gemm", "n": 2}]
 
 
-def test_query_is_read_only_and_a_missing_store_is_explained(results, db):
+def test_query_is_read_only_and_a_missing_store_is_explained(results):
+    db = results / "new.duckdb"
     with pytest.raises(StoreError, match=r"no store at .*rooflab store rebuild"):
         query(db, "SELECT 1")
     ingest(db, results)

@@ -51,8 +51,9 @@ def results(tmp_path):
 
 
 @pytest.fixture
-def db(results):
-    return results / "rooflab.duckdb"
+def db(results, empty_store):
+    """results/rooflab.duckdb: a store with no runs yet (conftest's empty one, copied)."""
+    return Path(shutil.copyfile(empty_store, results / "rooflab.duckdb"))
 
 
 def digest(path: Path) -> str:
