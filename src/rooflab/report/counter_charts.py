@@ -119,7 +119,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         .encode(
             x=alt.X("x:Q", scale=x_scale),
             y=alt.Y("y:Q", scale=y_scale),
-            text="roof:N",
+            text=alt.Text("roof:N"),
             tooltip=roof_tooltip,
         )
         for (align, dy), group in labels_df.groupby(["align", "dy"])

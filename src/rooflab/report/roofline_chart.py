@@ -304,7 +304,7 @@ def roofline_chart(
                     labelLimit=400, titleLimit=400, symbolType="stroke", symbolStrokeWidth=3
                 ),
             ),
-            detail="ceiling:N",
+            detail=alt.Detail("ceiling:N"),
             strokeDash=alt.condition("datum.library", alt.value([6, 4]), alt.value([1, 0])),
             tooltip=[alt.Tooltip("ceiling:N", title="ceiling")],
         )
@@ -314,7 +314,7 @@ def roofline_chart(
         layers.append(
             alt.Chart(pd.DataFrame(sheet_lines, columns=columns))
             .mark_line(strokeWidth=1.5, color=DATASHEET_COLOUR, strokeDash=[6, 4])
-            .encode(x=x, y=y, detail="ceiling:N", tooltip=[alt.Tooltip("ceiling:N")])
+            .encode(x=x, y=y, detail=alt.Detail("ceiling:N"), tooltip=[alt.Tooltip("ceiling:N")])
         )
     if "attainable_flops_per_s" in pts:
         layers.append(  # from each point to where its roof caps it
@@ -324,7 +324,7 @@ def roofline_chart(
             .encode(
                 x=x,
                 y=y,
-                y2="attainable_flops_per_s:Q",
+                y2=alt.Y2("attainable_flops_per_s:Q"),
                 color=alt.Color("roof:N", scale=roof_scale, legend=None),
                 tooltip=[alt.Tooltip("roof:N", title="judged against")],
             )
@@ -345,14 +345,14 @@ def roofline_chart(
             }
             # a white halo first: a point's dotted guide does not run through the text
             halo = alt.Chart(rows).mark_text(stroke="white", strokeWidth=3, **mark)
-            layers.append(halo.encode(x=x, y=y, text="ceiling:N"))
+            layers.append(halo.encode(x=x, y=y, text=alt.Text("ceiling:N")))
             text = alt.Chart(rows).mark_text(**mark)
             layers.append(
                 text.encode(
                     x=x,
                     y=y,
-                    text="ceiling:N",
-                    color=alt.value(colour)
+                    text=alt.Text("ceiling:N"),
+                    color=alt.ColorValue(colour)
                     if colour
                     else alt.Color("ceiling:N", scale=roof_scale, legend=None),
                 )

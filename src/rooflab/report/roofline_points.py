@@ -376,7 +376,9 @@ def workload_label_layers(rows: pd.DataFrame, x, y) -> list[alt.Chart]:
         for halo in (True, False):
             extra = {"stroke": "white", "strokeWidth": 3} if halo else {}
             layers.append(
-                alt.Chart(group).mark_text(**mark, **extra).encode(x=x, y=y, text="label:N")
+                alt.Chart(group)
+                .mark_text(**mark, **extra)
+                .encode(x=x, y=y, text=alt.Text("label:N"))
             )
     return layers
 

@@ -124,8 +124,10 @@ def conditions_chart(conditions: pd.DataFrame):
         title = quantity[:1].upper() + quantity[1:]
         y = alt.Y("value:Q", title=title, scale=scale)
         base = alt.Chart(data).encode(x=x, color=color, tooltip=tooltip)
-        line = base.mark_line(point=True).encode(y=y, detail="run:N")
-        spread = base.mark_rule().encode(y=alt.Y("value_min:Q", scale=scale), y2="value_max:Q")
+        line = base.mark_line(point=True).encode(y=y, detail=alt.Detail("run:N"))
+        spread = base.mark_rule().encode(
+            y=alt.Y("value_min:Q", scale=scale), y2=alt.Y2("value_max:Q")
+        )
         layers = [line, spread, *_nominal_marks(data, scale)]
         panels.append(alt.layer(*layers).properties(width=WIDTH, height=200))
     return alt.vconcat(*panels).resolve_scale(color="shared")

@@ -199,7 +199,7 @@ def reuse_time_chart(data: pd.DataFrame, sweep: str):
             sort=["measured median", "model lower bound"],
             legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#444"),
         ),
-        detail="source:N",
+        detail=alt.Detail("source:N"),
     )
     return (
         alt.layer(lines, base.mark_point(filled=True, size=30))
