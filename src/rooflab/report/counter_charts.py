@@ -101,7 +101,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         .encode(
             x=x,
             y=y,
-            detail="roof:N",
+            detail=alt.Detail("roof:N"),
             color=alt.Color("level:N", scale=colour, title="memory level"),
             tooltip=roof_tooltip,
         )
@@ -109,7 +109,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
     compute_roofs = (
         alt.Chart(lines_df[lines_df.kind == "compute"])
         .mark_line(color="#555", strokeWidth=1.5)
-        .encode(x=x, y=y, detail="roof:N", tooltip=roof_tooltip)
+        .encode(x=x, y=y, detail=alt.Detail("roof:N"), tooltip=roof_tooltip)
     )
     text_layers = [
         alt.Chart(group)
@@ -133,7 +133,7 @@ def hierarchical_roofline_chart(points: pd.DataFrame, ceilings: pd.DataFrame) ->
         .encode(
             x=alt.X("x:Q", scale=x_scale),
             y=alt.Y("y:Q", scale=y_scale),
-            detail="config_id:N",
+            detail=alt.Detail("config_id:N"),
             order=alt.Order("x:Q"),
             tooltip=[
                 alt.Tooltip("config_id:N", title="config"),
@@ -243,7 +243,7 @@ def model_vs_counted_chart(rows: pd.DataFrame) -> alt.LayerChart:
         .mark_rule(color="#999")
         .encode(
             x=alt.X("bytes_model:Q", scale=x_scale, title="Bytes (B)", axis=alt.Axis(format="~s")),
-            x2="bytes_counted:Q",
+            x2=alt.X2("bytes_counted:Q"),
             y=y,
             tooltip=tooltip,
         )
@@ -264,6 +264,6 @@ def model_vs_counted_chart(rows: pd.DataFrame) -> alt.LayerChart:
     notes = (
         alt.Chart(rows[rows.note_x > 0])
         .mark_text(align="left", fontSize=11, color="#333")
-        .encode(x=alt.X("note_x:Q", scale=x_scale), y=y, text="note:N", tooltip=tooltip)
+        .encode(x=alt.X("note_x:Q", scale=x_scale), y=y, text=alt.Text("note:N"), tooltip=tooltip)
     )
     return alt.layer(rule, dots, notes).properties(width=WIDTH)

@@ -238,8 +238,12 @@ def _panel(rows: pd.DataFrame) -> alt.LayerChart:
         alt.Chart(data)
         .transform_filter("datum.ratio_low > 0 && datum.ratio_high > 0")
         .mark_rule(strokeWidth=2 if steps <= DENSE_RUNS else 1, opacity=0.45)
-        .encode(x=x, y=alt.Y("ratio_low:Q", scale=y_scale), y2="ratio_high:Q", color=colour),
-        alt.Chart(data).mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, detail="key:N"),
+        .encode(
+            x=x, y=alt.Y("ratio_low:Q", scale=y_scale), y2=alt.Y2("ratio_high:Q"), color=colour
+        ),
+        alt.Chart(data)
+        .mark_line(strokeWidth=1.5)
+        .encode(x=x, y=y, color=colour, detail=alt.Detail("key:N")),
         *_disturbed_rings(data, x, y, small=steps > DENSE_RUNS),
         alt.Chart(data)
         .mark_point(filled=True, size=28, opacity=1)

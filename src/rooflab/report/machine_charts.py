@@ -182,7 +182,7 @@ def machines_roofline(machines: list[MachineRoofs]) -> alt.ConcatChart:
                 x=x,
                 y=y,
                 color=roof_colour,
-                detail="roof:N",
+                detail=alt.Detail("roof:N"),
                 strokeDash=alt.condition("datum.library", alt.value([6, 4]), alt.value([1, 0])),
                 tooltip=[
                     alt.Tooltip("machine:N", title="machine"),

@@ -354,8 +354,8 @@ def pair_layer(segments: pd.DataFrame, x, y) -> alt.Chart:
         .encode(
             x=x,
             y=y,
-            x2="x2:Q",
-            y2="y2:Q",
+            x2=alt.X2("x2:Q"),
+            y2=alt.Y2("y2:Q"),
             tooltip=[
                 alt.Tooltip("pair:N", title="same work"),
                 alt.Tooltip("cache_state:N", title="cache state"),

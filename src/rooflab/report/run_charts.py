@@ -86,9 +86,9 @@ def distribution_chart(quantiles: pd.DataFrame):
             title="Time per call (s)",
             axis=alt.Axis(**SECONDS_AXIS),
         ),
-        x2="max_s:Q",
+        x2=alt.X2("max_s:Q"),
     )
-    box = base.mark_bar(size=10).encode(x=alt.X("p25_s:Q", scale=x_scale), x2="p75_s:Q")
+    box = base.mark_bar(size=10).encode(x=alt.X("p25_s:Q", scale=x_scale), x2=alt.X2("p75_s:Q"))
     median = base.mark_tick(color="black", size=12, thickness=2).encode(
         x=alt.X("median_s:Q", scale=x_scale)
     )
@@ -158,7 +158,7 @@ def _nominal_marks(data: pd.DataFrame, scale) -> list:
     text = (
         alt.Chart(nominal)
         .mark_text(align="right", baseline="bottom", dy=-3, fontSize=11, color="#444")
-        .encode(y=y, x=alt.value(WIDTH - 4), text="label:N", tooltip=tooltip)
+        .encode(y=y, x=alt.XValue(WIDTH - 4), text=alt.Text("label:N"), tooltip=tooltip)
     )
     return [rule, text]
 
@@ -204,7 +204,7 @@ def change_chart(change: pd.DataFrame):
                     values=list(RATIO_TICKS), labelExpr="format(datum.value, '~g') + '×'"
                 ),
             ),
-            x2="band_hi:Q",
+            x2=alt.X2("band_hi:Q"),
         )
     )
     rule = (

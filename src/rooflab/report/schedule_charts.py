@@ -78,9 +78,9 @@ def stage_overlap_chart(schedules: pd.Series, stages: pd.DataFrame):
         color=alt.condition(alt.datum.beats_bound, alt.value("#d62728"), alt.value("#4c78a8")),
         tooltip=tooltip,
     )
-    spread = base.mark_rule(color="#222").encode(x="p25_ms:Q", x2="p75_ms:Q", y=y)
+    spread = base.mark_rule(color="#222").encode(x=alt.X("p25_ms:Q"), x2=alt.X2("p75_ms:Q"), y=y)
     ticks = base.mark_tick(color="black", thickness=3, size=26).encode(
-        x="bound_ms:Q", y=y, tooltip=tooltip
+        x=alt.X("bound_ms:Q"), y=y, tooltip=tooltip
     )
     return (bars + spread + ticks).properties(width=WIDTH, height=30 * len(frame))
 

@@ -54,7 +54,7 @@ def stage_bounds_chart(stages: pd.DataFrame, name: str):
                 # few ticks, printed short: "57,766.2" labels no longer run into each other
                 axis=alt.Axis(tickCount=6, format=",.4~r", labelOverlap="greedy"),
             ),
-            x2="finish_us:Q",
+            x2=alt.X2("finish_us:Q"),
             y=alt.Y("stage:N", sort=order, title="Stage"),
             color=alt.Color(
                 "limiter:N",
@@ -90,7 +90,9 @@ def stage_bounds_chart(stages: pd.DataFrame, name: str):
     rules = (
         alt.Chart(pd.DataFrame(bounds))
         .mark_rule(strokeDash=[6, 3], color="black")
-        .encode(x="us:Q", tooltip=[alt.Tooltip("bound:N"), alt.Tooltip("us:Q", format=",.1f")])
+        .encode(
+            x=alt.X("us:Q"), tooltip=[alt.Tooltip("bound:N"), alt.Tooltip("us:Q", format=",.1f")]
+        )
     )
     return alt.layer(bars, rules).properties(
         width=WIDTH,

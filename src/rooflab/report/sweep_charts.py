@@ -96,14 +96,14 @@ def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[di
             .mark_rect(opacity=0.12, color="#4c78a8")
             .encode(
                 x=alt.X("lo:Q", scale=x_scale),
-                x2="hi:Q",
+                x2=alt.X2("hi:Q"),
                 tooltip=[alt.Tooltip("level:N", title="plateau")],
             )
         )
         layers.append(
             alt.Chart(plateaus)
             .mark_text(baseline="top", dy=4, fontSize=11, color="#4c78a8")
-            .encode(x=alt.X("mid:Q", scale=x_scale), y=alt.value(0), text="level:N")
+            .encode(x=alt.X("mid:Q", scale=x_scale), y=alt.YValue(0), text=alt.Text("level:N"))
         )
     sweep = sweep.assign(working_set_binary=[bytes_label(b) for b in sweep.working_set_bytes])
     layers.append(
@@ -140,7 +140,7 @@ def sweep_chart(sweep: pd.DataFrame, plateaus: pd.DataFrame, capacities: list[di
             .mark_text(
                 angle=270, align="right", baseline="bottom", dx=-4, dy=-2, fontSize=11, color="#666"
             )
-            .encode(x=alt.X("x:Q", scale=x_scale), y=alt.value(0), text="label:N")
+            .encode(x=alt.X("x:Q", scale=x_scale), y=alt.YValue(0), text=alt.Text("label:N"))
         )
     return alt.layer(*layers).properties(width=WIDTH, height=320)
 

@@ -147,7 +147,7 @@ def gantt_chart(
         .mark_bar(height={"band": 0.6})
         .encode(
             x=alt.X("start_us:Q", scale=x_scale, axis=x_axis, title=x_title),
-            x2="end_us:Q",
+            x2=alt.X2("end_us:Q"),
             y=y,
             color=colour,
             tooltip=bar_tooltip,
@@ -163,7 +163,7 @@ def gantt_chart(
         .mark_text(
             align="right", baseline="bottom", dx=-4, dy=-ROW_PX * 0.3, fontSize=11, color="#222"
         )
-        .encode(x=alt.X(f"{tick}:Q", scale=x_scale), y=y, text="says:N")
+        .encode(x=alt.X(f"{tick}:Q", scale=x_scale), y=y, text=alt.Text("says:N"))
     )
     return alt.layer(event_bars, row_ticks, row_text).properties(
         width=WIDTH, height=ROW_PX * len(rows), title=title

@@ -138,7 +138,7 @@ def comparison_chart(pairs: pd.DataFrame) -> alt.VConcatChart:
         bar = (
             alt.Chart(group)
             .mark_rule(color="#ccc", strokeWidth=3)
-            .encode(x=alt.X("time_s:Q", scale=scale), x2="baseline_time_s:Q", y=y)
+            .encode(x=alt.X("time_s:Q", scale=scale), x2=alt.X2("baseline_time_s:Q"), y=y)
         )
         dots = (
             alt.Chart(long[long.pair == pair])
@@ -161,7 +161,7 @@ def comparison_chart(pairs: pd.DataFrame) -> alt.VConcatChart:
         says = (
             alt.Chart(group)
             .mark_text(align="left", baseline="middle", fontSize=11, color="#222")
-            .encode(x=alt.value(COMPARISON_WIDTH + 12), y=y, text="says:N")
+            .encode(x=alt.XValue(COMPARISON_WIDTH + 12), y=y, text=alt.Text("says:N"))
         )
         panels.append(
             alt.layer(bar, dots, says).properties(
@@ -277,7 +277,7 @@ def param_time_chart(rows: pd.DataFrame, workload: str) -> alt.VConcatChart:
                 sort=list(SOURCES),
                 legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#444"),
             ),
-            detail="source:N",
+            detail=alt.Detail("source:N"),
         )
         panels.append(
             alt.layer(lines, base.mark_point(filled=True, size=30))
