@@ -305,7 +305,9 @@ def roofline_chart(
                 ),
             ),
             detail=alt.Detail("ceiling:N"),
-            strokeDash=alt.condition("datum.library", alt.value([6, 4]), alt.value([1, 0])),
+            strokeDash=alt.StrokeDashValue(
+                [1, 0], condition={"test": "datum.library", "value": [6, 4]}
+            ),
             tooltip=[alt.Tooltip("ceiling:N", title="ceiling")],
         )
     )

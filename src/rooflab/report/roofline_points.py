@@ -225,7 +225,7 @@ def point_layer(
             titleLimit=400, labelLimit=400, symbolStrokeColor="#333", symbolSize=WORKLOAD_SIZE
         ),
     )
-    stars = _points(workloads, x, y, roof_scale, alt.value(WORKLOAD_SIZE), params, shape)
+    stars = _points(workloads, x, y, roof_scale, alt.SizeValue(WORKLOAD_SIZE), params, shape)
     # the stars' legend is their own: a workload's name is no sweep of the GEMMs' legend
     return alt.layer(gemms, stars).resolve_scale(shape="independent")
 
