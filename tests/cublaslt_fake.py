@@ -117,14 +117,13 @@ class FakeCublasLt:
     def destroy(self, handle):
         self.objects.pop(handle)
 
+    matmul_desc_destroy = matrix_layout_destroy = matmul_preference_destroy = destroy
+
     def get_version(self):
         return 130000
 
     def matmul_desc_create(self, compute, scale):
         return self._new("desc", compute=ComputeType(compute), scale=CudaDataType(scale))
-
-    def matmul_desc_destroy(self, handle):
-        self.objects.pop(handle)
 
     def get_matmul_desc_attribute_dtype(self, attribute):  # as nvmath's table
         transposes = (MatmulDescAttribute.TRANSA, MatmulDescAttribute.TRANSB)
@@ -137,14 +136,8 @@ class FakeCublasLt:
     def matrix_layout_create(self, kind, rows, cols, ld):
         return self._new("layout", type=CudaDataType(kind), rows=rows, cols=cols, ld=ld)
 
-    def matrix_layout_destroy(self, handle):
-        self.objects.pop(handle)
-
     def matmul_preference_create(self):
         return self._new("preference")
-
-    def matmul_preference_destroy(self, handle):
-        self.objects.pop(handle)
 
     def get_matmul_preference_attribute_dtype(self, attribute):
         return np.uint64

@@ -27,6 +27,11 @@ from tests.conftest import UNJUDGED, clean_round, used_windows
 KiB, MiB = 1024, 1024 * 1024
 # QUICK's sweep as the sweep tests set it, no quiet waited for (conftest.UNJUDGED)
 QUICK_UNJUDGED = replace(QUICK, disturbance=DisturbanceSettings.from_config(UNJUDGED))
+# A quick run of one triad sweep and one FMA dtype: what the retake tests drive (and, reading
+# instead, the local-cache test)
+TRIAD_ONLY = replace(
+    QUICK_UNJUDGED, kernels=("triad",), window_s=0.002, fma_dtypes=("fp64",), blas_dtypes=()
+)
 
 
 def test_working_set_grid_is_finer_than_2x_and_spans_the_range():
@@ -73,17 +78,8 @@ def test_quick_ceilings_name_every_level_and_path(quick_ceilings):
     # one FMA roof per dtype and vector path of this CPU: the widest is the dtype's fp64_fma
     isas = CpuBackend().fma_isas()
     narrower = {f"{dtype}_fma_{isa}" for dtype in ("fp64", "fp32") for isa in isas[1:]}
-    assert set(by_name) == {
-        "L1",
-        "L2",
-        "L3",
-        "DRAM",
-        "fp64_fma",
-        "fp32_fma",
-        "fp64_blas",
-        "fp32_blas",
-        *narrower,
-    }
+    paths = {f"{dtype}_{path}" for dtype in ("fp64", "fp32") for path in ("fma", "blas")}
+    assert set(by_name) == {"L1", "L2", "L3", "DRAM", *paths, *narrower}
     for row in rows:
         assert row["unit"] == ("B/s" if row["kind"] == "bandwidth" else "FLOP/s")
         assert row["value"] > 0 and row["method"]
@@ -96,9 +92,8 @@ def test_quick_ceilings_name_every_level_and_path(quick_ceilings):
             assert row["vector_bits"] >= 128
     for name in narrower:
         isa = name.rsplit("_", 1)[1]
-        assert by_name[name]["isa"] == isa and isa in by_name[name]["method"].lower().replace(
-            "-", ""
-        )
+        assert by_name[name]["isa"] == isa
+        assert isa in by_name[name]["method"].lower().replace("-", "")
     # Physical sanity that a broken kernel or byte count would violate (a margin of over 5x on
     # these machines; the fp32/fp64 FMA ratio has its own test below, as one run cannot judge it).
     assert by_name["L1"]["value"] > by_name["DRAM"]["value"]
@@ -234,16 +229,8 @@ class PerCoreL1Backend(CpuBackend):
 def test_a_local_cache_is_swept_per_unit_and_its_plateau_is_inside_one_unit():
     backend = PerCoreL1Backend()
     l1d = backend.local_cache.bytes_per_unit
-    settings = replace(
-        QUICK_UNJUDGED,
-        min_working_set_bytes=64 * KiB,
-        max_working_set_bytes=2 * MiB,
-        kernels=("read",),
-        window_s=0.002,
-        fma_dtypes=("fp64",),
-        blas_dtypes=(),
-    )
-    tables = run_ceilings(backend, settings)
+    sizes = {"min_working_set_bytes": 64 * KiB, "max_working_set_bytes": 2 * MiB}
+    tables = run_ceilings(backend, replace(TRIAD_ONLY, kernels=("read",), **sizes))
     for name, rows in tables.items():
         to_table(name, rows)  # every row fits its schema
     local = [r for r in tables["ceiling_sweep"] if r["kernel"] == "read_local"]
@@ -268,10 +255,8 @@ def test_a_local_cache_is_swept_per_unit_and_its_plateau_is_inside_one_unit():
     # the shared sweep and its levels are untouched, and its explicit cap holds
     shared = [r["working_set_bytes"] for r in tables["ceiling_sweep"] if r["kernel"] == "read"]
     assert max(shared) <= 2 * MiB
-    assert {r["kernel"] for r in tables["ceilings"] if r["kind"] == "bandwidth"} == {
-        "read",
-        "read_local",
-    }
+    bandwidth_kernels = {r["kernel"] for r in tables["ceilings"] if r["kind"] == "bandwidth"}
+    assert bandwidth_kernels == {"read", "read_local"}
     assert {c["config_id"] for c in tables["conditions"]} >= {"stream/read", "stream/read_local"}
 
 
@@ -360,12 +345,6 @@ def test_a_cold_read_after_the_flush_sized_from_the_measured_edge_reads_at_dram_
     figures = f"cold {cold / 1e9:.1f}, warm {warm / 1e9:.1f}, memory {far / 1e9:.1f} GB/s"
     assert warm > 1.2 * far, figures  # the level is faster than memory: the check can fail
     assert cold < (1 + FALL) * far, figures
-
-
-# A quick run of one triad sweep and one FMA dtype: what the retake tests drive
-TRIAD_ONLY = replace(
-    QUICK_UNJUDGED, kernels=("triad",), window_s=0.002, fma_dtypes=("fp64",), blas_dtypes=()
-)
 
 
 def test_a_disturbed_point_past_a_mebibyte_is_measured_again_as_a_point_of_its_own(monkeypatch):

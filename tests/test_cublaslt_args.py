@@ -154,12 +154,8 @@ def test_types_per_dtype():
     # fp8_e5m2: X (cuBLASLt's B) is the e5m2 operand, W (its A) stays e4m3
     assert (e5m2.b_type, e5m2.a_type) == ("CUDA_R_8F_E5M2", "CUDA_R_8F_E4M3")
     assert e5m2.ledger_dtypes == ("fp8_e5m2", "fp8_e4m3", "bf16")
-    assert (int8.compute_type, int8.scale_type, int8.scalar_dtype) == (
-        "COMPUTE_32I",
-        "CUDA_R_32I",
-        "int32",
-    )
-    assert (int8.d_type, int8.y_storage) == ("CUDA_R_32I", "int32")
+    assert int8.compute_type == "COMPUTE_32I" and int8.scale_type == int8.d_type == "CUDA_R_32I"
+    assert int8.scalar_dtype == int8.y_storage == "int32"
     for fp8 in (e4m3, e5m2):
         assert (fp8.compute_type, fp8.scale_type) == ("COMPUTE_32F", "CUDA_R_32F")
         assert dict(fp8.scale_pointers) == {"A_SCALE_POINTER": "w", "B_SCALE_POINTER": "x"}
@@ -278,11 +274,8 @@ def test_fp8_ledger_counts_the_scales():
     assert ledger.bytes_scales == 2 * 4 == 2 * SCALE_BYTES  # float32 scales of X and W
     assert ledger.bytes == 65536 + 16777216 + 131072 + 8 == 16973832
     e5m2 = lt_gemm_ledger(1, 4096, 4096, "fp8_e5m2")
-    assert (e5m2.x_dtype, e5m2.w_dtype, e5m2.bytes) == (
-        "fp8_e5m2",
-        "fp8_e4m3",
-        4096 + 16777216 + 8192 + 8,
-    )
+    assert (e5m2.x_dtype, e5m2.w_dtype) == ("fp8_e5m2", "fp8_e4m3")
+    assert e5m2.bytes == 4096 + 16777216 + 8192 + 8
 
 
 def test_int8_ledger_is_in_op_with_an_int32_output():
@@ -400,10 +393,7 @@ def test_wrong_fp8_results_fail(wrong, fails):
     else:
         bad[0, 0] = np.nan
     checks = _passed(compare_with_reference(bad, reference, magnitude, "fp8_e4m3", x.shape[1]))
-    assert checks[fails] is False
-    assert all(
-        _passed(compare_with_reference(got, reference, magnitude, "fp8_e4m3", 4096)).values()
-    )
+    assert checks[fails] is False  # unaltered, it passes (test_fp8_model_output_and_...[e4m3])
 
 
 def test_int8_must_be_exact():

@@ -218,15 +218,12 @@ def test_the_plan_sets_what_cublaslt_args_says(lt, dtype, a_type, b_type, d_type
     )
     # layout nt: cuBLASLt's A = W (N×K row-major = K×N column-major, ld K) transposed, B = X not
     assert (desc["TRANSA"], desc["TRANSB"]) == (1, 0)
-    assert (found["a"]["type"], found["a"]["rows"], found["a"]["cols"], found["a"]["ld"]) == (
-        CudaDataType[a_type], k, n, k
-    )  # fmt: skip
-    assert (found["b"]["type"], found["b"]["rows"], found["b"]["cols"], found["b"]["ld"]) == (
-        CudaDataType[b_type], k, m, k
-    )  # fmt: skip
-    assert (found["d"]["type"], found["d"]["rows"], found["d"]["cols"], found["d"]["ld"]) == (
-        CudaDataType[d_type], n, m, n
-    )  # fmt: skip
+    layouts = {x: tuple(found[x][f] for f in ("type", "rows", "cols", "ld")) for x in "abd"}
+    assert layouts == {
+        "a": (CudaDataType[a_type], k, n, k),
+        "b": (CudaDataType[b_type], k, m, k),
+        "d": (CudaDataType[d_type], n, m, n),
+    }
     assert found["same_cd"]
     ptr = lambda array: array.__array_interface__["data"][0]  # noqa: E731
     assert found["pointers"] == (ptr(operands.w), ptr(operands.x), ptr(operands.y), ptr(operands.y))
@@ -395,30 +392,21 @@ def _ceilings(backend, dtypes, n=64):
 def test_library_ceilings_int8_in_op_per_s_and_bf16_twice_with_the_faster_named(lt):
     backend = LtOnCpu(cublas_s=0.05)  # cuBLASLt (a numpy product on 64³) is the faster here
     rows, tables = _ceilings(backend, ("bf16", "fp8_e4m3", "int8"))
-    by = {(r["name"], r["kernel"]): r for r in rows}
-    assert list(by) == [
-        ("bf16_tensor", "matmul"),
-        ("bf16_tensor", "cublaslt_matmul"),
-        ("fp8_tensor", "cublaslt_matmul"),
-        ("int8_tensor", "cublaslt_matmul"),
-    ]
-    assert [r["unit"] for r in rows] == ["FLOP/s", "FLOP/s", "FLOP/s", "OP/s"]
-    assert [r["config_id"] for r in rows] == [
-        "blas/bf16/n64",
-        "blas/bf16/n64/cublaslt_matmul",
-        "blas/fp8_e4m3/n64",
-        "blas/int8/n64",
+    assert [(r["name"], r["kernel"], r["unit"], r["config_id"], r["dtype"]) for r in rows] == [
+        ("bf16_tensor", "matmul", "FLOP/s", "blas/bf16/n64", "bf16"),
+        ("bf16_tensor", "cublaslt_matmul", "FLOP/s", "blas/bf16/n64/cublaslt_matmul", "bf16"),
+        ("fp8_tensor", "cublaslt_matmul", "FLOP/s", "blas/fp8_e4m3/n64", "fp8_e4m3"),
+        ("int8_tensor", "cublaslt_matmul", "OP/s", "blas/int8/n64", "int8"),
     ]
     units = {s["config_id"]: s["amount_unit"] for s in tables["samples"]}
     assert units["blas/int8/n64"] == "OP" and units["blas/fp8_e4m3/n64"] == "FLOP"
-    cublas, cublaslt = by[("bf16_tensor", "matmul")], by[("bf16_tensor", "cublaslt_matmul")]
+    cublas, cublaslt = rows[:2]
     assert cublaslt["value"] > cublas["value"]
     by_pct = f"{cublaslt['value'] / cublas['value'] - 1:.1%}"
     assert f"this is the faster, by {by_pct}" in cublaslt["method"]
     assert f"cuBLASLt is the faster, by {by_pct}" in cublas["method"]
     assert "cuBLAS gemmEx" in cublaslt["method"] and "(layout nt, 2n³ OP)" in rows[3]["method"]
     assert rows[2]["method"].startswith("cuBLASLt cublasLtMatmul, X e4m3 x W e4m3")
-    assert [r["dtype"] for r in rows] == ["bf16", "bf16", "fp8_e4m3", "int8"]
 
 
 def test_a_wrong_library_gemm_stops_the_ceilings_before_timing(monkeypatch):

@@ -115,15 +115,9 @@ def test_auto_without_a_gpu_records_the_fallback(tmp_path):
     if cuda_problem() is None:
         pytest.skip("a CUDA device is usable here")
     config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "backend": "auto",
-                "timing": {"warmup_s": 0.01, "min_time_s": 0.01, "min_samples": 3},
-                "sweeps": {"tiny": {"m": [2], "n": [8], "k": [8], "dtypes": ["fp64"]}},
-            }
-        )
-    )
+    timing = {"warmup_s": 0.01, "min_time_s": 0.01, "min_samples": 3}
+    sweeps = {"tiny": {"m": [2], "n": [8], "k": [8], "dtypes": ["fp64"]}}
+    config.write_text(yaml.safe_dump({"backend": "auto", "timing": timing, "sweeps": sweeps}))
     out = tmp_path / "out"
     result = run_rooflab("measure", "gemm", "--config", config, "--sweep", "tiny", "--out", out)
     assert result.returncode == 0, result.stderr
@@ -161,52 +155,43 @@ def _run_row(run_id, kind):
     )  # fmt: skip
 
 
+def _gemm_point(sweep, dtype, m, n, k, cache_state, median_s, **columns):
+    """A timed layout nn GEMM point of run g, its F and Q from the model's ledger."""
+    ledger = gemm_ledger(m, n, k, dtype)
+    return (
+        {"run_id": "g", "kind": "gemm", "sweep": sweep, "dtype": dtype, "layout": "nn"}
+        | {"config_id": f"{sweep}/{dtype}/nn/m{m}_n{n}_k{k}", "m": m, "n": n, "k": k}
+        | {"cache_state": cache_state, "median_s": median_s, "flops": ledger.flops}
+        | {"bytes_model": ledger.bytes, "achieved_flops_per_s": ledger.flops / median_s, **columns}
+    )
+
+
 def test_gpu_points_pair_with_tensor_paths_and_l2_or_hbm(tmp_path):
     ceilings = [
-        # The SMs' L1 has a ceiling (for counter points) but holds no warm operands between
-        # kernels: neither a home for a warm point nor the memory.
-        {"run_id": "c", "kind": "bandwidth", "name": "L1", "kernel": "l1_read", "value": 30e12},
-        {"run_id": "c", "kind": "bandwidth", "name": "L2", "kernel": "read", "value": 10e12},
-        {"run_id": "c", "kind": "bandwidth", "name": "HBM", "kernel": "copy", "value": 4e12},
-        {
-            "run_id": "c",
-            "kind": "compute",
-            "name": "bf16_tensor",
-            "kernel": "matmul",
-            "value": 8e14,
-        },
-        {"run_id": "c", "kind": "compute", "name": "fp32_fma", "kernel": "fma", "value": 6e13},
+        {"run_id": "c", "kind": kind, "name": name, "kernel": kernel, "value": value}
+        for kind, name, kernel, value in (
+            # The SMs' L1 has a ceiling (for counter points) but holds no warm operands between
+            # kernels: neither a home for a warm point nor the memory.
+            ("bandwidth", "L1", "l1_read", 30e12),
+            ("bandwidth", "L2", "read", 10e12),
+            ("bandwidth", "HBM", "copy", 4e12),
+            ("compute", "bf16_tensor", "matmul", 8e14),
+            ("compute", "fp32_fma", "fma", 6e13),
+        )
     ]
     ceilings_dir = write_run(
         tmp_path / "ceilings", "c", {"runs": [_run_row("c", "ceilings")], "ceilings": ceilings}
     )
-    points = []
-    for dtype, m, n, k, state in [
-        ("bf16", 1, 4096, 4096, "warm"),  # 32 MiB of W: fits the 50 MiB L2
-        ("bf16", 1, 4096, 4096, "cold"),
-        ("bf16", 1, 8192, 8192, "warm"),  # 128 MiB: does not
-        ("fp32", 64, 64, 64, "warm"),
-        ("fp16", 64, 64, 64, "warm"),  # no fp16_tensor ceiling measured: not paired
-    ]:
-        ledger = gemm_ledger(m, n, k, dtype)
-        points.append(
-            {
-                "run_id": "g",
-                "kind": "gemm",
-                "config_id": f"s/{dtype}/m{m}_n{n}_k{k}",
-                "sweep": "s",
-                "m": m,
-                "n": n,
-                "k": k,
-                "dtype": dtype,
-                "layout": "nn",
-                "cache_state": state,
-                "median_s": 1e-5,
-                "flops": ledger.flops,
-                "achieved_flops_per_s": ledger.flops / 1e-5,
-                "bytes_model": ledger.bytes,
-            }
-        )
+    points = [
+        _gemm_point("s", dtype, m, n, k, state, 1e-5)
+        for dtype, m, n, k, state in [
+            ("bf16", 1, 4096, 4096, "warm"),  # 32 MiB of W: fits the 50 MiB L2
+            ("bf16", 1, 4096, 4096, "cold"),
+            ("bf16", 1, 8192, 8192, "warm"),  # 128 MiB: does not
+            ("fp32", 64, 64, 64, "warm"),
+            ("fp16", 64, 64, 64, "warm"),  # no fp16_tensor ceiling measured: not paired
+        ]
+    ]
     gemm_dir = write_run(
         tmp_path / "gemm", "g", {"runs": [_run_row("g", "gemm")], "timed_points": points}
     )
@@ -250,54 +235,18 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
         ("compute", "fp32_fma", "fma_chains", 60e12, True, False),
         ("compute", "bf16_tensor", "matmul", 780e12, False, True),
     ]
-    ceilings_dir = write_run(
-        results / "ceilings" / "runs",
-        "c",
-        {
-            "runs": [run("c", "ceilings", started)],
-            "ceilings": [
-                {
-                    "run_id": "c",
-                    "kind": kind,
-                    "name": name,
-                    "kernel": kernel,
-                    "value": value,
-                    "unit": "B/s" if kind == "bandwidth" else "FLOP/s",
-                    "clock_moved": moved,
-                    "clock_capped": capped,
-                }
-                for kind, name, kernel, value, moved, capped in ceilings
-            ],
-        },
-    )
-    ledger = gemm_ledger(1, 4096, 4096, "bf16")
-    point = {
-        "run_id": "g",
-        "kind": "gemm",
-        "config_id": "weight_reuse/bf16/nn/m1_n4096_k4096",
-        "sweep": "weight_reuse",
-        "m": 1,
-        "n": 4096,
-        "k": 4096,
-        "dtype": "bf16",
-        "layout": "nn",
-        "cache_state": "cold",
-        "median_s": 10e-6,
-        "flops": ledger.flops,
-        "bytes_model": ledger.bytes,
-        "achieved_flops_per_s": ledger.flops / 10e-6,
-        "noisy": False,
-        "clock_moved": False,
-        "clock_capped": False,
-    }
-    gemm_dir = write_run(
-        results / "sweeps" / "weight_reuse" / "runs",
-        "g",
-        {
-            "runs": [run("g", "gemm", started)],
-            "timed_points": [point],
-        },
-    )
+    rows = [
+        {"run_id": "c", "kind": kind, "name": name, "kernel": kernel, "value": value}
+        | {"unit": "B/s" if kind == "bandwidth" else "FLOP/s"}
+        | {"clock_moved": moved, "clock_capped": capped}
+        for kind, name, kernel, value, moved, capped in ceilings
+    ]
+    ceilings_tables = {"runs": [run("c", "ceilings", started)], "ceilings": rows}
+    ceilings_dir = write_run(results / "ceilings" / "runs", "c", ceilings_tables)
+    unflagged = {"noisy": False, "clock_moved": False, "clock_capped": False}
+    point = _gemm_point("weight_reuse", "bf16", 1, 4096, 4096, "cold", 10e-6, **unflagged)
+    gemm_tables = {"runs": [run("g", "gemm", started)], "timed_points": [point]}
+    gemm_dir = write_run(results / "sweeps" / "weight_reuse" / "runs", "g", gemm_tables)
     write_analysis(build_analysis([ceilings_dir], [gemm_dir]), results / "roofline")
     db = tmp_path / "rooflab.duckdb"
     ingest(db, results)
@@ -306,10 +255,8 @@ def test_device_summary_puts_measured_ceilings_beside_the_datasheet(tmp_path):
     assert lines[0] == "device: NVIDIA H200; datasheet preset: h200-sxm"
     hbm = next(line for line in lines if line.startswith("HBM bandwidth"))
     assert hbm.split() == ["HBM", "bandwidth", "4.3", "TB/s", "copy", "4.8", "TB/s", "0.90"]
-    assert next(line for line in lines if line.startswith("fp32 FMA")).split()[2:4] == [
-        "60",
-        "TFLOP/s*",
-    ]
+    fp32 = next(line for line in lines if line.startswith("fp32 FMA")).split()
+    assert fp32[2:4] == ["60", "TFLOP/s*"]
     bf16 = next(line for line in lines if line.startswith("bf16 tensor")).split()
     assert bf16[3:] == ["780", "TFLOP/s!", "matmul", "989", "TFLOP/s", "0.79"]
     reuse = next(line for line in lines if line.split()[:3] == ["4096", "cold", "1"])

@@ -5,6 +5,7 @@ FMA and stream accounting, and how a missing GPU is reported."""
 import math
 import re
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -115,8 +116,7 @@ def _column_major_gemm(a_flat, b_flat, call):
     b = b if call.transb == OP_N else b.T
     c = a @ b  # m x n
     out = np.zeros(call.ldc * call.n)
-    for j in range(call.n):
-        out[j * call.ldc : j * call.ldc + call.m] = c[:, j]
+    out.reshape(call.n, call.ldc)[:, : call.m] = c.T  # column j at j * ldc
     return out
 
 
@@ -301,25 +301,19 @@ def test_reps_must_fit_the_kernels_int():
 
 
 def test_cuda_integer_versions_read_as_major_minor():
-    assert [_version_text(v) for v in (12040, 12090, 13000, 11080)] == [
-        "12.4",
-        "12.9",
-        "13.0",
-        "11.8",
-    ]
+    texts = {12040: "12.4", 12090: "12.9", 13000: "13.0", 11080: "11.8"}
+    assert {version: _version_text(version) for version in texts} == texts
 
 
 @pytest.mark.parametrize("kernel", list(STREAM_ARRAYS))
 def test_stream_vectors_give_every_thread_the_same_share(kernel):
-    threads = 132 * 2048
+    threads, vector_bytes = 132 * 2048, 16 * STREAM_ARRAYS[kernel]  # a double2 in each array
     for working_set in (1 << 20, 50 << 20, 400 << 20, 1 << 30):
         n = stream_vectors(kernel, working_set, threads)
-        assert n * 16 * STREAM_ARRAYS[kernel] <= working_set
-        if working_set >= 16 * STREAM_ARRAYS[kernel] * threads:
+        assert n * vector_bytes <= working_set
+        if working_set >= vector_bytes * threads:
             assert n % threads == 0
-            assert (
-                n * 16 * STREAM_ARRAYS[kernel] > working_set - 16 * STREAM_ARRAYS[kernel] * threads
-            )
+            assert n * vector_bytes > working_set - vector_bytes * threads
         else:
             assert n % 32 == 0
     assert stream_vectors(kernel, 16, threads) == 32  # never empty
@@ -380,9 +374,6 @@ selection.NVIDIA_DRIVER_NODES = ("/",)
 problem = selection.cuda_problem()
 print(problem is None or "NVIDIA driver" not in problem)
 """
-    import subprocess
-    import sys
-
     if not sys.platform.startswith("linux"):
         pytest.skip("the driver's nodes are looked for on Linux only")
     lines = subprocess.run(

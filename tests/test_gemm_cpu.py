@@ -108,11 +108,8 @@ def test_small_sweep_records_every_table(backend):
         assert {(s["amount"], s["amount_unit"]) for s in samples} == {(ledger.flops, "FLOP")}
         assert sorted(s["sample_idx"] for s in samples) == list(range(len(samples)))
     assert all(row["passed"] for row in tables["correctness"])
-    assert {row["metric"] for row in tables["correctness"]} == {
-        "finite",
-        "rel_frobenius",
-        "max_componentwise",
-    }
+    metrics = {row["metric"] for row in tables["correctness"]}
+    assert metrics == {"finite", "rel_frobenius", "max_componentwise"}
     (run,) = tables["runs"]
     assert run["schema_version"] == SCHEMA_VERSION and run["kind"] == "gemm" and run["sweep"] == "s"
     assert run["machine_id"] and run["host"] and run["backend"] == "cpu"
@@ -225,7 +222,9 @@ def test_a_shape_fits_when_its_bytes_are_within_the_headroom():
         check_fits(short, sweep_configs("s", sweep))
 
 
-def _config_file(tmp_path, **timing):
+def _measure_gemm(tmp_path, sweep, out, **timing) -> list[str]:
+    """`rooflab measure gemm`'s arguments for `sweep` of a config written under tmp_path (sweeps
+    tiny and huge, quick timing but for `timing`), its run written under `out`."""
     config = {
         "backend": "cpu",
         "timing": {"warmup_s": 0.01, "min_time_s": 0.02, "min_samples": 3, **timing},
@@ -236,23 +235,12 @@ def _config_file(tmp_path, **timing):
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    return path
+    return ["measure", "gemm", "--config", str(path), "--sweep", sweep, "--out", str(out)]
 
 
 def test_cli_measure_gemm_writes_one_run(tmp_path):
     out = tmp_path / "out"
-    result = run_rooflab(
-        "measure",
-        "gemm",
-        "--config",
-        str(_config_file(tmp_path)),
-        "--sweep",
-        "tiny",
-        "--out",
-        str(out),
-        "--format",
-        "json",
-    )
+    result = run_rooflab(*_measure_gemm(tmp_path, "tiny", out), "--format", "json")
     assert result.returncode == 0, result.stderr
     (run_dir,) = out.iterdir()
     tables = read_run(run_dir)
@@ -264,16 +252,7 @@ def test_cli_measure_gemm_writes_one_run(tmp_path):
 @pytest.mark.parametrize(("sweep", "says"), [("nope", "no sweep 'nope'"), ("huge", "needs")])
 def test_cli_refusals_write_nothing(tmp_path, sweep, says):
     out = tmp_path / "out"
-    result = run_rooflab(
-        "measure",
-        "gemm",
-        "--config",
-        str(_config_file(tmp_path)),
-        "--sweep",
-        sweep,
-        "--out",
-        str(out),
-    )
+    result = run_rooflab(*_measure_gemm(tmp_path, sweep, out))
     assert result.returncode == 2
     assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not out.exists() or not any(out.rglob("*"))
@@ -283,17 +262,7 @@ def test_cli_refusals_write_nothing(tmp_path, sweep, says):
 def test_killed_measurement_leaves_no_parquet(tmp_path):
     out = tmp_path / "out"
     process = subprocess.Popen(
-        [
-            installed_script("rooflab"),
-            "measure",
-            "gemm",
-            "--config",
-            str(_config_file(tmp_path, min_time_s=5.0)),
-            "--sweep",
-            "tiny",
-            "--out",
-            str(out),
-        ],
+        [installed_script("rooflab"), *_measure_gemm(tmp_path, "tiny", out, min_time_s=5.0)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -320,13 +289,8 @@ def test_summary_is_median_and_iqr_of_every_sample():
     assert summary.iqr_ratio == pytest.approx(2 / 3) and summary.noisy  # 0.67 > 0.6
     assert not summarize([4.0, 1.0, 3.0, 2.0, 5.0], noisy_iqr_ratio=0.7).noisy
     one = summarize([2.5], noisy_iqr_ratio=0.1)
-    assert (one.median_s, one.p25_s, one.p75_s, one.iqr_ratio, one.noisy) == (
-        2.5,
-        2.5,
-        2.5,
-        0.0,
-        False,
-    )
+    assert (one.median_s, one.p25_s, one.p75_s) == (2.5, 2.5, 2.5)
+    assert one.iqr_ratio == 0.0 and one.noisy is False
     with pytest.raises(ValueError, match="no samples"):
         summarize([], 0.1)
 

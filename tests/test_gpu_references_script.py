@@ -30,14 +30,12 @@ def rows_module(monkeypatch):
 
 
 @pytest.fixture
-def peers_module(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
+def peers_module(rows_module):  # benchmarks/ on the path
     return importlib.import_module("gpu_references_peers")
 
 
 @pytest.fixture
-def script_module(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
+def script_module(rows_module):
     return importlib.import_module("gpu_ceilings_vs_references")
 
 

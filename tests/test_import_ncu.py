@@ -9,7 +9,6 @@ import gzip
 import hashlib
 import io
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -230,51 +229,58 @@ def test_a_sample_without_flop_counts_keeps_its_time_and_hbm_bytes_and_names_the
 # -- refused --------------------------------------------------------------------------------------
 
 
-def test_a_missing_file_is_refused(tmp_path):
-    assert "cannot read" in refused(tmp_path / "absent.raw.csv")
-
-
-def test_a_binary_file_is_refused(tmp_path):
-    path = tmp_path / "report.ncu-rep"
-    path.write_bytes(gzip.compress(SOBEL.read_bytes()))
-    message = refused(path)
-    assert "binary" in message and "--page raw" in message
-
-
-def test_text_that_is_not_utf8_is_refused(tmp_path):
-    path = tmp_path / "latin1.csv"
-    path.write_bytes(SOBEL.read_text().replace("Sobel", "Söbel").encode("latin-1"))
-    assert "not UTF-8" in refused(path)
-
-
-@pytest.mark.parametrize(
-    "content", ["", '{"traceEvents": []}\n', "a,b,c\n1,2,3\n"], ids=["empty", "json", "other_csv"]
+# ncu's details page: one row per metric (its shape, written here: not a recorded export)
+DETAILS_PAGE = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+    '"Section Name","Metric Name","Metric Unit","Metric Value"\n'
+    '"0","1","app","127.0.0.1","k","1","7","GPU Speed Of Light Throughput","Duration",'
+    '"usecond","628.03"\n'
 )
-def test_what_is_not_ncus_raw_page_is_refused(tmp_path, content):
-    path = tmp_path / "export.csv"
-    path.write_text(content)
+NOT_A_RAW_PAGE = ("not an ncu raw-page CSV", REEXPORT_COMMAND)
+# Each bad file: its name, what is written in it (None: no file), the words its refusal says
+BAD_FILES = {
+    "missing": ("absent.raw.csv", None, ("cannot read",)),
+    "binary_report": (
+        "report.ncu-rep",
+        lambda: gzip.compress(SOBEL.read_bytes()),
+        ("binary", "--page raw"),
+    ),
+    "not_utf8": (
+        "latin1.csv",
+        lambda: SOBEL.read_text().replace("Sobel", "Söbel").encode("latin-1"),
+        ("not UTF-8",),
+    ),
+    "empty": ("export.csv", lambda: "", NOT_A_RAW_PAGE),
+    "json": ("export.csv", lambda: '{"traceEvents": []}\n', NOT_A_RAW_PAGE),
+    "other_csv": ("export.csv", lambda: "a,b,c\n1,2,3\n", NOT_A_RAW_PAGE),
+    "header_without_a_kernel": (
+        "empty.raw.csv",
+        lambda: "".join(lines(TRANSPOSE)[:2]),
+        ("holds no kernel",),
+    ),
+    "ncus_own_no_kernel_log": (
+        "profile.log.csv",
+        lambda: (NCU_FIXTURES / "no_driver" / "profile.log.txt").read_bytes(),
+        ("ncu profiled no kernel", "No kernels were profiled"),
+    ),
+    "truncated": ("cut.raw.csv", lambda: BF16_ALL.read_text()[:-2000], ("truncated",)),
+    "no_units_row": (
+        "no_units.raw.csv",
+        lambda: lines(SOBEL)[0] + "".join(lines(SOBEL)[2:]),
+        ("no units row",),
+    ),
+    "details_page": ("details.csv", lambda: DETAILS_PAGE, ("details page", "--page raw")),
+}
+
+
+@pytest.mark.parametrize(("name", "content", "says"), list(BAD_FILES.values()), ids=list(BAD_FILES))
+def test_a_file_that_is_no_raw_page_export_is_refused_saying_why(tmp_path, name, content, says):
+    path = tmp_path / name
+    if content is not None:  # None: no file at all
+        written = content()
+        path.write_bytes(written if isinstance(written, bytes) else written.encode())
     message = refused(path)
-    assert "not an ncu raw-page CSV" in message and REEXPORT_COMMAND in message
-
-
-def test_a_header_without_a_kernel_is_refused(tmp_path):
-    path = tmp_path / "empty.raw.csv"
-    path.write_text("".join(lines(TRANSPOSE)[:2]))
-    assert "holds no kernel" in refused(path)
-
-
-def test_ncus_own_no_kernel_log_is_refused_in_its_words(tmp_path):
-    path = tmp_path / "profile.log.csv"
-    shutil.copy(NCU_FIXTURES / "no_driver" / "profile.log.txt", path)
-    message = refused(path)
-    assert "ncu profiled no kernel" in message and "No kernels were profiled" in message
-
-
-def test_a_truncated_export_is_refused(tmp_path):
-    path = tmp_path / "cut.raw.csv"
-    text = BF16_ALL.read_text()
-    path.write_text(text[: len(text) - 2000])
-    assert "truncated" in refused(path)
+    assert all(words in message for words in says), message
 
 
 def test_a_raw_page_without_any_needed_metric_is_refused_with_the_export_command(tmp_path):
@@ -307,23 +313,3 @@ def test_numbers_in_other_than_base_units_are_refused(tmp_path, old, new, metric
     message = refused(path)
     assert "not in base units" in message and metric in message
     assert "--print-units base" in message
-
-
-def test_an_export_without_its_units_row_is_refused(tmp_path):
-    text = lines(SOBEL)
-    path = tmp_path / "no_units.raw.csv"
-    path.write_text(text[0] + "".join(text[2:]))
-    assert "no units row" in refused(path)
-
-
-def test_the_details_page_is_refused_for_the_raw_page(tmp_path):
-    """Written here (not recorded): the details page's shape, one row per metric."""
-    path = tmp_path / "details.csv"
-    path.write_text(
-        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
-        '"Section Name","Metric Name","Metric Unit","Metric Value"\n'
-        '"0","1","app","127.0.0.1","k","1","7","GPU Speed Of Light Throughput","Duration",'
-        '"usecond","628.03"\n'
-    )
-    message = refused(path)
-    assert "details page" in message and "--page raw" in message

@@ -89,13 +89,11 @@ def test_the_first_linears_addmm_is_a_gemm_of_the_models_ledger():
     addmms = rows_named(profile, "aten::addmm", dims)
     assert len(addmms) == STEPS
     ledger = gemm_ledger(BATCH, D_HIDDEN, D_IN, "fp32", bias=True)
+    bytes_by_hand = FP32 * (BATCH * D_IN + D_IN * D_HIDDEN + BATCH * D_HIDDEN + D_HIDDEN)
     for addmm in addmms:
         # 2MNK as torch's own with_flops formula counts it (the bias adds are bytes, not FLOPs)
         assert addmm["flops"] == 2 * BATCH * D_IN * D_HIDDEN == ledger.flops
-        assert addmm["bytes"] == FP32 * (
-            BATCH * D_IN + D_IN * D_HIDDEN + BATCH * D_HIDDEN + D_HIDDEN
-        )
-        assert addmm["bytes"] == ledger.bytes
+        assert addmm["bytes"] == bytes_by_hand == ledger.bytes
         assert (addmm["ledger"], addmm["dtype"]) == ("matmul", "fp32")
         assert (addmm["flops_source"], addmm["q_source"]) == ("ledger", "model")
         linear = profile.operators[addmm["parent"]]  # nn.Linear's aten::linear around it
@@ -157,24 +155,10 @@ def test_an_outer_operators_ledger_is_the_same_work_as_its_inner_ones():
     assert bmm.flops == 8 * gemm_ledger(64, 16, 32, "bf16").flops
     assert bmm.bytes == 2 * 8 * (64 * 32 + 32 * 16 + 64 * 16) and bmm.dtype == "bf16"
     # beta = 0: C is not read; an M x N C with beta = 1 is read once
-    assert (
-        op_ledger(
-            "aten::addmm",
-            [[64, 512], [64, 256], [256, 512], [], []],
-            f + ["Scalar"] * 2,
-            ["", "", "", "0", "1"],
-        ).bytes
-        == mm.bytes
-    )
-    assert (
-        op_ledger(
-            "aten::addmm",
-            [[64, 512], [64, 256], [256, 512], [], []],
-            f + ["Scalar"] * 2,
-            ["", "", "", "1", "1"],
-        ).bytes
-        == mm.bytes + 4 * 64 * 512
-    )
+    dims, types = [[64, 512], [64, 256], [256, 512], [], []], f + ["Scalar"] * 2
+    assert op_ledger("aten::addmm", dims, types, ["", "", "", "0", "1"]).bytes == mm.bytes
+    beta_1 = op_ledger("aten::addmm", dims, types, ["", "", "", "1", "1"])
+    assert beta_1.bytes == mm.bytes + 4 * 64 * 512
     # integer arithmetic has no FLOPs: no ledger; a type rooflab has no roof for neither
     assert op_ledger("aten::add", [[10], [10], []], ["long int", "long int", "Scalar"], []) is None
     assert op_ledger("aten::mm", [[4, 4], [4, 4]], ["long int"] * 2, []) is None

@@ -124,15 +124,8 @@ def test_ledger_terms_per_operand():
 
 def test_w4a8_ledger_with_group_scales():
     # int8 activations, int4 weights packed two per byte, one fp16 scale per 128 K-values per column
-    ledger = gemm_ledger(
-        16,
-        4096,
-        4096,
-        "int8",
-        "int4",
-        "fp16",
-        weight_scales=WeightScales(group_size=128, dtype="fp16"),
-    )
+    scales = WeightScales(group_size=128, dtype="fp16")
+    ledger = gemm_ledger(16, 4096, 4096, "int8", "int4", "fp16", weight_scales=scales)
     assert ledger.bytes_w == 4096 * 4096 // 2
     assert ledger.bytes_scales == (4096 // 128) * 4096 * 2
     assert ledger.bytes_x == 16 * 4096
@@ -242,16 +235,19 @@ def test_gemm_intensity_rises_with_m(m1, m2, n, k, dtype):
     assert gemm_ledger(m1, n, k, dtype).intensity < gemm_ledger(m2, n, k, dtype).intensity
 
 
-@given(st.lists(st.tuples(positive, positive), min_size=1, max_size=6), st.data())
-def test_stage_bound_between_longest_stage_and_serial_sum(ledgers, data):
+def _draw_stages(data, ledgers) -> list[Stage]:
+    """Stages s0, s1, ... of these (F, Q), each after a drawn set of the stages before it."""
     stages = []
     for i, (f, q) in enumerate(ledgers):
-        deps = data.draw(
-            st.lists(st.sampled_from([s.name for s in stages]), unique=True)
-            if stages
-            else st.just([])
-        )
+        names = [s.name for s in stages]
+        deps = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
         stages.append(Stage(f"s{i}", f, q, tuple(deps)))
+    return stages
+
+
+@given(st.lists(st.tuples(positive, positive), min_size=1, max_size=6), st.data())
+def test_stage_bound_between_longest_stage_and_serial_sum(ledgers, data):
+    stages = _draw_stages(data, ledgers)
     result = stage_bounds(stages, C, B)
     each = [bound(s.flops, s.bytes, C, B).bound_s for s in stages]
     assert result.bound_s >= max(each) * (1 - 1e-12)
@@ -308,12 +304,9 @@ def _recursive_order(stages):
 @given(st.lists(st.tuples(positive, positive), min_size=1, max_size=8), st.data())
 def test_iterative_order_and_ties_match_the_recursive_one(ledgers, data):
     # Ties between equal finish times are broken by the order, so the order itself must not change.
-    stages = []
-    for i, (f, q) in enumerate(ledgers):
-        names = [s.name for s in stages]
-        deps = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
-        stages.append(Stage(f"s{i}", f if i % 2 else 1e9, q if i % 2 else 0, tuple(deps)))
-    stages = data.draw(st.permutations(stages))
+    # every other stage 1e9 FLOPs and no bytes: stages of equal time, to make ties
+    ties = [(f, q) if i % 2 else (1e9, 0) for i, (f, q) in enumerate(ledgers)]
+    stages = data.draw(st.permutations(_draw_stages(data, ties)))
     result = stage_bounds(stages, C, B)
     reference = _recursive_order(stages)
     finish = {s.name: s.finish_s for s in result.stages}

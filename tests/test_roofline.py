@@ -8,34 +8,21 @@ from rooflab.records import write_run
 from rooflab.roofline import latest_ceilings_by_machine, resident_level, roofline_points
 
 CACHES = {"L1": 64 * 1024, "L2": 1 << 20, "L3": 32 << 20}
+
+
+def _cache(level, kind, size, instances, usable, shared=None):
+    return {"level": level, "type": kind, "size_bytes": size, "shared_cpu_count": shared,
+            "instances": instances, "usable_instances": usable}  # fmt: skip
+
+
 MACHINE = {
     "caches": [
-        {
-            "level": 1,
-            "type": "Data",
-            "size_bytes": 32768,
-            "shared_cpu_count": 1,
-            "instances": 2,
-            "usable_instances": 2,
-        },
-        {
-            "level": 2,
-            "type": "Unified",
-            "size_bytes": 524288,
-            "shared_cpu_count": 1,
-            "instances": 2,
-            "usable_instances": 2,
-        },
-        {
-            "level": 3,
-            "type": "Unified",
-            "size_bytes": 33554432,
-            "shared_cpu_count": 2,
-            "instances": 1,
-            "usable_instances": 1,
-        },
+        _cache(1, "Data", 32768, 2, 2, shared=1),
+        _cache(2, "Unified", 524288, 2, 2, shared=1),
+        _cache(3, "Unified", 33554432, 1, 1, shared=2),
     ]
 }
+JAN, FEB, MAR = (datetime(2026, month, 1, tzinfo=UTC) for month in (1, 2, 3))
 
 
 def test_resident_level():
@@ -46,16 +33,8 @@ def test_resident_level():
 
 
 def _run(tmp_path, run_id, machine_id, kind, started, **tables):
-    runs = [
-        {
-            "run_id": run_id,
-            "kind": kind,
-            "machine_id": machine_id,
-            "started_at": started,
-            "machine": json.dumps(MACHINE),
-        }
-    ]
-    return write_run(tmp_path, run_id, {"runs": runs, **tables})
+    run = {"run_id": run_id, "kind": kind, "machine_id": machine_id, "started_at": started}
+    return write_run(tmp_path, run_id, {"runs": [run | {"machine": json.dumps(MACHINE)}], **tables})
 
 
 def _ceilings(run_id, scale):
@@ -72,59 +51,28 @@ def _ceilings(run_id, scale):
     ]
 
 
+def _gemm_point(run_id, dtype, n, cache_state, median_s):
+    """A timed M = 1, K = N GEMM point of sweep s, its F and Q from the model's ledger."""
+    ledger = gemm_ledger(1, n, n, dtype)
+    return (
+        {"run_id": run_id, "kind": "gemm", "sweep": "s", "config_id": f"s/{dtype}/nn/m1_n{n}_k{n}"}
+        | {"m": 1, "n": n, "k": n, "dtype": dtype, "layout": "nn", "cache_state": cache_state}
+        | {"median_s": median_s, "flops": ledger.flops, "bytes_model": ledger.bytes}
+        | {"achieved_flops_per_s": ledger.flops / median_s}
+    )
+
+
 def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
-    old = _run(
-        tmp_path,
-        "c-old",
-        "A",
-        "ceilings",
-        datetime(2026, 1, 1, tzinfo=UTC),
-        ceilings=_ceilings("c-old", 0.5),
-    )
-    new = _run(
-        tmp_path,
-        "c-new",
-        "A",
-        "ceilings",
-        datetime(2026, 2, 1, tzinfo=UTC),
-        ceilings=_ceilings("c-new", 1.0),
-    )
+    old = _run(tmp_path, "c-old", "A", "ceilings", JAN, ceilings=_ceilings("c-old", 0.5))
+    new = _run(tmp_path, "c-new", "A", "ceilings", FEB, ceilings=_ceilings("c-new", 1.0))
     ceilings = latest_ceilings_by_machine([new, old])
     assert ceilings["A"]["run_id"] == "c-new"
     assert ceilings["A"]["caches"] == CACHES
     ledger = gemm_ledger(1, 1024, 1024, "fp64")
-    point = {
-        "kind": "gemm",
-        "config_id": "s/fp64/nn/m1_n1024_k1024",
-        "sweep": "s",
-        "m": 1,
-        "n": 1024,
-        "k": 1024,
-        "dtype": "fp64",
-        "layout": "nn",
-        "median_s": 1e-3,
-        "flops": ledger.flops,
-        "achieved_flops_per_s": ledger.flops / 1e-3,
-        "bytes_model": ledger.bytes,
-    }
-    gemm_a = _run(
-        tmp_path,
-        "g-a",
-        "A",
-        "gemm",
-        datetime(2026, 3, 1, tzinfo=UTC),
-        timed_points=[
-            {**point, "run_id": "g-a", "cache_state": state} for state in ("warm", "cold")
-        ],
-    )
-    gemm_b = _run(
-        tmp_path,
-        "g-b",
-        "B",
-        "gemm",
-        datetime(2026, 3, 1, tzinfo=UTC),
-        timed_points=[{**point, "run_id": "g-b", "cache_state": "cold"}],
-    )
+    warm_and_cold = [_gemm_point("g-a", "fp64", 1024, state, 1e-3) for state in ("warm", "cold")]
+    gemm_a = _run(tmp_path, "g-a", "A", "gemm", MAR, timed_points=warm_and_cold)
+    cold_b = [_gemm_point("g-b", "fp64", 1024, "cold", 1e-3)]
+    gemm_b = _run(tmp_path, "g-b", "B", "gemm", MAR, timed_points=cold_b)
     points = roofline_points([gemm_a, gemm_b], ceilings)
     assert {p["run_id"] for p in points} == {"g-a"}  # machine B has no ceilings: no points
     by_state = {p["cache_state"]: p for p in points}
@@ -138,9 +86,7 @@ def test_points_pair_each_gemm_with_its_own_machine(tmp_path):
 
 
 def test_a_warm_point_sits_in_the_level_that_holds_its_footprint_not_its_traffic(tmp_path):
-    ceilings_run = _run(
-        tmp_path, "c", "A", "ceilings", datetime(2026, 1, 1, tzinfo=UTC), ceilings=_ceilings("c", 1)
-    )
+    ceilings_run = _run(tmp_path, "c", "A", "ceilings", JAN, ceilings=_ceilings("c", 1))
     ceilings = latest_ceilings_by_machine([ceilings_run])
     workload = {"run_id": "w", "kind": "workload", "dtype": "fp64", "median_s": 1e-3}
     cases = {
@@ -174,33 +120,14 @@ def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path)
     # Ceilings that lack the fp32 path and the DRAM level: an fp32 point and a cold fp64 point
     # have no roof to stand under, so they are left out (not drawn against some other roof).
     rows = [r for r in _ceilings("c", 1.0) if r["name"] != "DRAM"]
-    ceilings_run = _run(
-        tmp_path, "c", "A", "ceilings", datetime(2026, 1, 1, tzinfo=UTC), ceilings=rows
-    )
+    ceilings_run = _run(tmp_path, "c", "A", "ceilings", JAN, ceilings=rows)
     ceilings = latest_ceilings_by_machine([ceilings_run])
-    gemm_points = []
-    for dtype in ("fp64", "fp32"):
-        ledger = gemm_ledger(1, 256, 256, dtype)
-        for state in ("warm", "cold"):
-            gemm_points.append(
-                {
-                    "run_id": "g",
-                    "kind": "gemm",
-                    "config_id": f"s/{dtype}/nn/m1_n256_k256",
-                    "cache_state": state,
-                    "m": 1,
-                    "n": 256,
-                    "k": 256,
-                    "dtype": dtype,
-                    "median_s": 1e-5,
-                    "flops": ledger.flops,
-                    "achieved_flops_per_s": ledger.flops / 1e-5,
-                    "bytes_model": ledger.bytes,
-                }
-            )
-    gemm = _run(
-        tmp_path, "g", "A", "gemm", datetime(2026, 2, 1, tzinfo=UTC), timed_points=gemm_points
-    )
+    gemm_points = [
+        _gemm_point("g", dtype, 256, state, 1e-5)
+        for dtype in ("fp64", "fp32")
+        for state in ("warm", "cold")
+    ]
+    gemm = _run(tmp_path, "g", "A", "gemm", FEB, timed_points=gemm_points)
     points = roofline_points([gemm], ceilings)
     assert [(p["config_id"], p["cache_state"], p["level"]) for p in points] == [
         ("s/fp64/nn/m1_n256_k256", "warm", "L2")  # 528 KB of operands, in the 1 MiB of L2
@@ -210,15 +137,11 @@ def test_a_point_without_its_compute_path_or_level_ceiling_is_left_out(tmp_path)
 def test_cache_capacities_count_the_data_cache_instances_this_process_touches():
     from rooflab.roofline.analysis import cache_capacity_rows
 
-    def cache(level, kind, size, usable):
-        return {"level": level, "type": kind, "size_bytes": size, "instances": 8,
-                "usable_instances": usable}  # fmt: skip
-
     caches = [
-        cache(1, "Data", 32 * 1024, 2),
-        cache(1, "Instruction", 32 * 1024, 2),  # holds no data
-        cache(2, "Unified", 2**20, 2),
-        cache(3, "Unified", 32 * 2**20, 0),  # none of its instances is this process's
+        _cache(1, "Data", 32 * 1024, 8, 2),
+        _cache(1, "Instruction", 32 * 1024, 8, 2),  # holds no data
+        _cache(2, "Unified", 2**20, 8, 2),
+        _cache(3, "Unified", 32 * 2**20, 8, 0),  # none of its instances is this process's
     ]
     run = {"run_id": "r", "machine_id": "m", "machine": json.dumps({"caches": caches})}
     assert [(r["level"], r["bytes"]) for r in cache_capacity_rows(run)] == [
@@ -268,20 +191,8 @@ def test_the_store_replaces_the_derived_rows_of_exactly_the_runs_the_step_read(t
     from rooflab.store import ingest, query
 
     results = tmp_path / "results"
-    old, new = (
-        _run(
-            results / "ceilings",
-            run_id,
-            machine,
-            "ceilings",
-            started,
-            ceilings=_ceilings(run_id, 1),
-        )
-        for run_id, machine, started in (
-            ("c-old", "B", datetime(2026, 1, 1, tzinfo=UTC)),
-            ("c-new", "A", datetime(2026, 2, 1, tzinfo=UTC)),
-        )
-    )
+    old = _run(results / "ceilings", "c-old", "B", "ceilings", JAN, ceilings=_ceilings("c-old", 1))
+    new = _run(results / "ceilings", "c-new", "A", "ceilings", FEB, ceilings=_ceilings("c-new", 1))
     db = tmp_path / "rooflab.duckdb"
 
     def rows(sql: str) -> list[tuple]:

@@ -42,6 +42,23 @@ SPEC = {
 NAME = "dense"
 
 
+def _config_id(n: int) -> str:
+    """The config_id of SPEC's case of this N."""
+    return f"dense/fp32/blocks2_k8_n{n}"
+
+
+def _child(case: WorkloadCase) -> subprocess.CompletedProcess:
+    """The profiled child of `case` on the CPU, run to its end."""
+    return subprocess.run(
+        child_command(case, "cpu", 1), capture_output=True, text=True, timeout=120
+    )
+
+
+def _ceilings(machine: str, **bandwidth: float) -> dict:
+    """Ceilings run c of `machine`: an fp32 FMA roof of 1 TFLOP/s and these bandwidths."""
+    return {machine: {"run_id": "c", "peak": {"fp32_fma": 1e12}, "bandwidth": bandwidth}}
+
+
 @pytest.fixture(scope="module")
 def timed(tmp_path_factory):
     config = validate_config(
@@ -62,16 +79,11 @@ def timed(tmp_path_factory):
 
 def test_the_child_runs_one_case_inside_its_counters_range():
     case = Case(NAME, "fp32", {"blocks": 2, "k": 8, "n": 32})
-    done = subprocess.run(
-        child_command(WorkloadCase(case, SPEC), "cpu", 1),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _child(WorkloadCase(case, SPEC))
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout.strip().splitlines()[-1])
     assert said == {
-        "config_id": "dense/fp32/blocks2_k8_n32",
+        "config_id": _config_id(32),
         "nvtx_range": "dense:fp32:blocks2_k8_n32:counters",
         "backend": "cpu",
     }
@@ -79,12 +91,7 @@ def test_the_child_runs_one_case_inside_its_counters_range():
 
 def test_a_child_whose_workload_cannot_be_built_says_so_in_one_line():
     case = Case(NAME, "fp32", {"n": 32})
-    done = subprocess.run(
-        child_command(WorkloadCase(case, {**SPEC, "entry": "no_such_module:f"}), "cpu", 1),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _child(WorkloadCase(case, {**SPEC, "entry": "no_such_module:f"}))
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith(
@@ -94,26 +101,16 @@ def test_a_child_whose_workload_cannot_be_built_says_so_in_one_line():
 
 
 def test_cases_are_chosen_like_a_sweeps_configurations():
-    every = {f"dense/fp32/blocks2_k8_n{n}" for n in (32, 64, 128)}
+    every = {_config_id(n) for n in (32, 64, 128)}
     chosen = select_cases("workload", NAME, SPEC, every, CounterSettings(max_configs=2))
-    assert [c.config_id for c in chosen.configs] == [
-        "dense/fp32/blocks2_k8_n32",
-        "dense/fp32/blocks2_k8_n128",
-    ]
-    one = select_cases(
-        "workload",
-        NAME,
-        SPEC,
-        every - {"dense/fp32/blocks2_k8_n128"},
-        CounterSettings(max_configs=1),
-    )
-    assert [c.config_id for c in one.configs] == ["dense/fp32/blocks2_k8_n64"]  # timed only
-    listed = ("dense/fp32/blocks2_k8_n64", "dense/fp32/blocks2_k8_n99", "other/fp32/n1")
+    assert [c.config_id for c in chosen.configs] == [_config_id(32), _config_id(128)]
+    timed_only = every - {_config_id(128)}
+    one = select_cases("workload", NAME, SPEC, timed_only, CounterSettings(max_configs=1))
+    assert [c.config_id for c in one.configs] == [_config_id(64)]  # timed only
+    listed = (_config_id(64), _config_id(99), "other/fp32/n1")
     chosen = select_cases("workload", NAME, SPEC, every, CounterSettings(configs=listed))
-    assert [c.config_id for c in chosen.configs] == ["dense/fp32/blocks2_k8_n64"]
-    assert chosen.skipped == [
-        ("dense/fp32/blocks2_k8_n99", "not a configuration of workload dense")
-    ]
+    assert [c.config_id for c in chosen.configs] == [_config_id(64)]
+    assert chosen.skipped == [(_config_id(99), "not a configuration of workload dense")]
 
 
 def test_a_case_is_calibrated_against_what_its_ledger_says_it_executes():
@@ -154,7 +151,7 @@ def test_perf_around_a_workload_case_for_real(timed):
     assert (run["kind"], run["sweep"], run["backend"]) == ("counters", NAME, "cpu")
     settings = json.loads(run["settings"])
     assert settings["workload"]["entry"] == ENTRY
-    assert settings["selected"] == ["dense/fp32/blocks2_k8_n32", "dense/fp32/blocks2_k8_n128"]
+    assert settings["selected"] == [_config_id(32), _config_id(128)]
     assert tables["counter_calibration"] == []  # no FLOP counter on a CPU
     rows = tables["counters"]
     assert {r["config_id"] for r in rows} <= set(settings["selected"])
@@ -174,8 +171,8 @@ def test_ncu_replay_of_a_workload_is_paired_and_refused_without_its_flop_counts(
     )
     calibrations = tables["counter_calibration"]
     assert [(c["config_id"], c["cache_control"]) for c in calibrations] == [
-        ("dense/fp32/blocks2_k8_n128", "all"),
-        ("dense/fp32/blocks2_k8_n128", "none"),
+        (_config_id(128), "all"),
+        (_config_id(128), "none"),
     ]
     for cal in calibrations:
         assert (cal["m"], cal["n"], cal["k"]) == (None, None, None)
@@ -195,7 +192,7 @@ def test_ncu_replay_of_a_workload_is_paired_and_refused_without_its_flop_counts(
 def _constructed_counts(timed, tmp_path, counted_factor: float):
     """A counters run with CONSTRUCTED counts (test data, not a measurement) for the real timing
     of the largest case: FLOPs `counted_factor` x its executed FLOPs, round bytes per level."""
-    config_id = "dense/fp32/blocks2_k8_n128"
+    config_id = _config_id(128)
     executed = timed["points"][(config_id, "cold")]["executed_flops"]
     run_id = "20990101T000000Z-constructed"
     counters, calibrations = [], []
@@ -222,20 +219,11 @@ def _constructed_counts(timed, tmp_path, counted_factor: float):
 
 def test_trusted_counts_of_a_case_give_points_at_its_useful_flops(timed, tmp_path):
     kept, machine = _constructed_counts(timed, tmp_path, 1.002)
-    ceilings = {
-        machine: {
-            "run_id": "c",
-            "peak": {"fp32_fma": 1e12},
-            "bandwidth": {"HBM": 1e10, "L2": 1e11},
-        }
-    }
+    ceilings = _ceilings(machine, HBM=1e10, L2=1e11)
     points, notes = counter_points([kept], [timed["run_dir"]], ceilings)
     assert notes == []
     assert sorted((p["cache_state"], p["level"]) for p in points) == [
-        ("cold", "HBM"),
-        ("cold", "L2"),
-        ("warm", "HBM"),
-        ("warm", "L2"),
+        (state, level) for state in ("cold", "warm") for level in ("HBM", "L2")
     ]
     useful = 2 * (128 * 128 // 2) * 8
     for p in points:
@@ -251,19 +239,17 @@ def test_trusted_counts_of_a_case_give_points_at_its_useful_flops(timed, tmp_pat
 def test_counts_off_the_executed_ledger_give_no_point(timed, tmp_path):
     """Counted = the useful FLOPs of the dense product (half what it executes): untrusted."""
     kept, machine = _constructed_counts(timed, tmp_path, 0.5)
-    ceilings = {machine: {"run_id": "c", "peak": {"fp32_fma": 1e12}, "bandwidth": {"HBM": 1e10}}}
-    points, notes = counter_points([kept], [timed["run_dir"]], ceilings)
+    points, notes = counter_points([kept], [timed["run_dir"]], _ceilings(machine, HBM=1e10))
     assert points == [] and len(notes) == 2
     assert all("counted/ledger = 0.5 (off by 50.00%" in note for note in notes)
 
 
 def test_a_calibration_admits_only_the_ledger_of_its_own_timing(timed):
-    timing = timed["points"][("dense/fp32/blocks2_k8_n64", "cold")]
+    timing = timed["points"][(_config_id(64), "cold")]
     assert ledger_flops(timing) == (timing["flops"], timing["executed_flops"])
     paired = pair({"config_id": timing["config_id"], "cache_control": "all"}, [timing])
-    other = calibrate_ledger(
-        timing["flops"], timing["flops"], path="fp32_fma"
-    )  # useful, not executed
+    useful = timing["flops"]  # the ledger calibrated against: useful, not executed
+    other = calibrate_ledger(useful, useful, path="fp32_fma")
     with pytest.raises(ValueError, match="the timing's ledger says"):
         hierarchical_points(
             paired, other, {"DRAM": 1e4}, {"DRAM": 1e10, "fp32_fma": 1e12}, "fp32_fma"
@@ -336,11 +322,11 @@ def test_counted_points_of_a_case_reach_the_store_with_their_model_bytes(timed, 
             "SELECT config_id, cache_state, level, bytes, bytes_model, disturbed "
             "FROM latest_counted_points ORDER BY cache_state, level"
         ).fetchall()
-    model = timed["points"][("dense/fp32/blocks2_k8_n128", "cold")]["bytes_model"]
+    model = timed["points"][(_config_id(128), "cold")]["bytes_model"]
     assert [row[1:] for row in seen] == [
         ("cold", "HBM", 90000, model, False),
         ("cold", "L2", 300000, model, False),
         ("warm", "HBM", 90000, model, False),
         ("warm", "L2", 300000, model, False),
     ]
-    assert {row[0] for row in seen} == {"dense/fp32/blocks2_k8_n128"} and machine
+    assert {row[0] for row in seen} == {_config_id(128)} and machine

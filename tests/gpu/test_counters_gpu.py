@@ -51,11 +51,8 @@ def test_bf16_tensor_count_matches_2mnk_within_one_percent(cuda, tmp_path):
     assert cal["trusted"], cal["reason"]  # counted / 2MNK within 1%
     assert abs(cal["ratio"] - 1) <= 0.01, cal["reason"]
     assert cal["pairing"] == "flushed replay ↔ cold timing" and cal["timing_cache_state"] == "cold"
-    hbm = [
-        r
-        for r in tables["counters"]
-        if r["scope"] == "range" and r["metric"] == "dram__bytes_read.sum"
-    ]
+    ranges = [r for r in tables["counters"] if r["scope"] == "range"]
+    hbm = [r for r in ranges if r["metric"] == "dram__bytes_read.sum"]
     assert hbm and hbm[0]["value"] > 0
     (ok,) = [r for r in tables["counters"] if r["metric"] is None and r["status"] == "ok"]
     assert "kernel(s) profiled in the range" in ok["reason"]  # the NVTX filter matched

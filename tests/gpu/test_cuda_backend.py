@@ -40,14 +40,12 @@ def _datasheet_hbm(cuda) -> float:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (127, 4097, 1000)])
 def test_matmul_is_correct(cuda, dtype, layout, m, n, k):
-    import cupy
-
     operands = cuda.gemm_operands(m, n, k, dtype, layout, seed=2)
     cuda.poison(operands.y)
     cuda.matmul(operands)
     cuda.synchronize()
     checks, rows, cols = check_gemm(
-        operands.x, operands.w, operands.y, layout, dtype, seed=2, xp=cupy
+        operands.x, operands.w, operands.y, layout, dtype, seed=2, xp=cuda.array_module
     )
     assert all(c.passed for c in checks), checks
     assert rows == min(m, 256) and cols == 256
@@ -62,12 +60,12 @@ def test_matmul_agrees_with_a_host_reference(cuda):
 
 
 def test_unwritten_output_fails_on_the_device(cuda):
-    import cupy
-
     operands = cuda.gemm_operands(64, 64, 64, "bf16", "nn", seed=1)
     cuda.poison(operands.y)  # and no matmul
     cuda.synchronize()
-    checks, _, _ = check_gemm(operands.x, operands.w, operands.y, "nn", "bf16", xp=cupy)
+    checks, _, _ = check_gemm(
+        operands.x, operands.w, operands.y, "nn", "bf16", xp=cuda.array_module
+    )
     assert checks[0].metric == "finite" and not checks[0].passed
     assert checks[0].error == 64 * 64
 
@@ -75,12 +73,12 @@ def test_unwritten_output_fails_on_the_device(cuda):
 def test_fp32_is_not_computed_in_tf32(cuda):
     """The same fp32 operands: the fp32 result must pass fp32's tolerance; on large K a TF32
     result would not (its error is about 2^-11, fp32's tolerance about 2^-24 sqrt(K))."""
-    import cupy
-
     operands = cuda.gemm_operands(64, 256, 4096, "fp32", "nn", seed=3)
     cuda.matmul(operands)
     cuda.synchronize()
-    checks, _, _ = check_gemm(operands.x, operands.w, operands.y, "nn", "fp32", xp=cupy)
+    checks, _, _ = check_gemm(
+        operands.x, operands.w, operands.y, "nn", "fp32", xp=cuda.array_module
+    )
     assert all(c.passed for c in checks), checks
 
 

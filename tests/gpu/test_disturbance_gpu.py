@@ -4,6 +4,7 @@ beside it flagged. A quiet device gives clean points (issue 24)."""
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 from rooflab.conditions.disturbance import DisturbanceSettings
 from rooflab.experiments.gemm import run_gemm_sweep
@@ -44,13 +45,8 @@ def test_another_process_on_the_gpu_is_counted_waited_for_and_flagged(cuda):
         assert cuda.gpu_other_processes() == 1
         check = quiet_check(cuda, DisturbanceSettings(quiet_wait_s=1), "test")
         assert check.waited_s >= 1 and "1 other process(es) used the GPU" in check.warning
-        timing = TimingSettings(
-            warmup_s=0.02,
-            min_time_s=0.05,
-            min_samples=5,
-            disturbance=DisturbanceSettings(quiet_wait_s=0),
-        )
-        tables = run_gemm_sweep(cuda, "shared", SWEEP, timing)
+        unwaited = replace(TIMING, disturbance=DisturbanceSettings(quiet_wait_s=0))
+        tables = run_gemm_sweep(cuda, "shared", SWEEP, unwaited)
         for point in tables["timed_points"]:
             assert point["disturbed"] and point["gpu_other_processes"] == 1
             assert "1 other process(es) used the GPU" in point["disturbance"]
