@@ -18,6 +18,7 @@ from rooflab.counters.ncu import DRAM_READ, DRAM_WRITE, L1_BYTES, L2_BYTES
 from rooflab.model import gemm_ledger
 from rooflab.records import write_run
 from rooflab.roofline.clocks import SM_CLOCK
+from rooflab.vocabulary import NCU_PAIRINGS
 from tests.table_rows import runs_row as table_runs_row
 
 MACHINE_ID = "constructed-gpu-0"
@@ -164,8 +165,6 @@ def write_campaign(
                     {**common, "scope": "kernel", "metric": SM_CLOCK, "status": "ok"}
                     | {"value": clocks_mhz[1] * 1e6, "unit": "cycle/second", "kernel_id": 0}
                 )
-            ratio = counted_factor
-            trusted = abs(ratio - 1) <= 0.01
             calibration.append(
                 {
                     "run_id": counters_id,
@@ -177,15 +176,11 @@ def write_campaign(
                     "k": K,
                     "counted_flops": expected * counted_factor,
                     "expected_flops": expected,
-                    "ratio": ratio,
+                    "ratio": counted_factor,
                     "tolerance": 0.01,
-                    "trusted": trusted,
+                    "trusted": abs(counted_factor - 1) <= 0.01,
                     "reason": "constructed",
-                    "pairing": (
-                        "flushed replay ↔ cold timing"
-                        if control == "all"
-                        else "no-flush replay ↔ warm timing"
-                    ),
+                    "pairing": NCU_PAIRINGS[control][1],
                     "timing_run_id": gemm_id,
                     "timing_cache_state": state,
                     "timing_median_s": TIMES[(m, state)],

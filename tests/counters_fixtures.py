@@ -25,13 +25,15 @@ def read(path: Path) -> str:
     return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
 
 
-def replaying_ncu(tmp_path: Path) -> Path:
+def replaying_ncu(
+    tmp_path: Path, profile: Path = NCU_FIXTURES / "import_sample" / "sobelDouble.raw.csv"
+) -> Path:
     """A stand-in for ncu that replays RECORDED ncu output (tests/fixtures/ncu): its version
-    text, gh100's metric list, and the raw CSV of NVIDIA's sobelDouble sample report (an RTX
-    A4500 kernel, not a GEMM). It exercises the step's success path here; its counts belong to
-    that sample, so calibration must refuse them."""
+    text, gh100's metric list, and `profile` as every profile's CSV, by default the raw CSV of
+    NVIDIA's sobelDouble sample report (an RTX A4500 kernel, not a GEMM). That one exercises the
+    step's success path here; its counts belong to that sample, so calibration must refuse them."""
     query = gzip.decompress(
-        (FIXTURES / "ncu" / "query_metrics" / "gh100.ncu-2024.1.1.csv.gz").read_bytes()
+        (NCU_FIXTURES / "query_metrics" / "gh100.ncu-2024.1.1.csv.gz").read_bytes()
     )
     (tmp_path / "query.csv").write_bytes(query)
     script = tmp_path / "ncu"
@@ -40,12 +42,12 @@ def replaying_ncu(tmp_path: Path) -> Path:
 import shutil, sys
 args = sys.argv[1:]
 if args == ["--version"]:
-    sys.stdout.write(open({str(FIXTURES / "ncu" / "version" / "ncu-2024.1.1.stdout.txt")!r}).read())
+    sys.stdout.write(open({str(NCU_FIXTURES / "version" / "ncu-2024.1.1.stdout.txt")!r}).read())
 elif "--query-metrics" in args:
     sys.stdout.write(open({str(tmp_path / "query.csv")!r}).read())
 else:
     log = args[args.index("--log-file") + 1]
-    shutil.copy({str(FIXTURES / "ncu" / "import_sample" / "sobelDouble.raw.csv")!r}, log)
+    shutil.copy({str(profile)!r}, log)
 """
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)

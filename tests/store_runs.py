@@ -12,10 +12,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rooflab.records import MEASURED_TABLES, TABLES, new_run_id, write_run
+from rooflab.records import MEASURED_TABLES, new_run_id, to_table, write_run
 from rooflab.store import query
 from tests.table_rows import runs_row
 
@@ -74,16 +73,12 @@ def gemm_run(
     tables["conditions"] = _conditions(run_id, started_at, [3.1, 3.0, 2.9, 3.05])
     for m, n, k in SHAPES:
         config_id = f"{sweep}/fp32/nn/m{m}_n{n}_k{k}"
-        shape = {"m": m, "n": n, "k": k}
+        config = {"run_id": run_id, "config_id": config_id, "sweep": sweep, "m": m, "n": n, "k": k}
+        config |= {"dtype": "fp32", "layout": "nn"}
         passed = m != failing_m
         tables["correctness"].append(
             {
-                "run_id": run_id,
-                "config_id": config_id,
-                "sweep": sweep,
-                **shape,
-                "dtype": "fp32",
-                "layout": "nn",
+                **config,
                 "metric": "max_rel_error",
                 "error": 1e-7 if passed else 0.5,
                 "tolerance": 1e-5,
@@ -110,16 +105,11 @@ def gemm_run(
             flops = 2 * m * n * k
             tables["timed_points"].append(
                 {
-                    "run_id": run_id,
-                    "config_id": config_id,
+                    **config,
                     "kind": "gemm",
-                    "sweep": sweep,
-                    **shape,
-                    "dtype": "fp32",
                     "x_dtype": "fp32",
                     "w_dtype": "fp32",
                     "y_dtype": "fp32",
-                    "layout": "nn",
                     "cache_state": cache_state,
                     "n_samples": n_samples,
                     "median_s": median_s,
@@ -147,6 +137,13 @@ def ceilings_run(out, *, machine_id="m-alpha", started_at=T0, dram_b_per_s=50e9)
     """A CPU ceilings run: bandwidth per level from a sweep, FMA and BLAS compute ceilings."""
     run_id = new_run_id(started_at)
     sweep_points = [("L1", 16 << 10, 400e9), ("L2", 512 << 10, 200e9), ("DRAM", 1 << 30, 0)]
+    ceiling = {
+        "run_id": run_id,
+        "dtype": "fp64",
+        "cache_state": "warm",
+        "threads": 8,
+        "n_points": 1,
+    }
     tables = {
         "runs": [_run_row(run_id, "ceilings", None, started_at, machine_id)],
         "conditions": _conditions(run_id, started_at, [3.2, 3.1]),
@@ -168,35 +165,27 @@ def ceilings_run(out, *, machine_id="m-alpha", started_at=T0, dram_b_per_s=50e9)
         ],
         "ceilings": [
             {
-                "run_id": run_id,
+                **ceiling,
                 "kind": "bandwidth",
                 "name": level,
                 "kernel": "triad",
-                "dtype": "fp64",
                 "value": rate or dram_b_per_s,
                 "unit": "B/s",
                 "method": "best of 1 sweep point",
-                "cache_state": "warm",
-                "threads": 8,
                 "working_set_min_bytes": size,
                 "working_set_max_bytes": size,
-                "n_points": 1,
             }
             for level, size, rate in sweep_points
         ]
         + [
             {
-                "run_id": run_id,
+                **ceiling,
                 "kind": "compute",
                 "name": "fp64_fma",
                 "kernel": "fma_chains",
-                "dtype": "fp64",
                 "value": 1e12,
                 "unit": "FLOP/s",
                 "method": "independent SIMD FMA chains",
-                "cache_state": "warm",
-                "threads": 8,
-                "n_points": 1,
             }
         ],
         "samples": [
@@ -263,6 +252,5 @@ def write_roofline_points(results, points: dict[str, int]) -> None:
         for run_id, count in points.items()
         for i in range(count)
     ]
-    columns = {f.name: [r.get(f.name) for r in rows_] for f in TABLES["roofline_points"]}
-    pq.write_table(pa.table(columns, schema=TABLES["roofline_points"]), folder / "tmp.parquet")
+    pq.write_table(to_table("roofline_points", rows_), folder / "tmp.parquet")
     os.replace(folder / "tmp.parquet", folder / "roofline_points.parquet")

@@ -21,21 +21,9 @@ def test_model_gemm_json_reproduces_the_article_table():
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [r["m"] for r in rows] == [1, 32, 128]
-    required = {
-        "m",
-        "n",
-        "k",
-        "flops",
-        "bytes",
-        "intensity",
-        "compute_s",
-        "memory_s",
-        "bound_s",
-        "limiter",
-        "attainable_flops_per_s",
-        "bound_s_per_row",
-    }
-    assert all(required <= set(r) for r in rows)
+    required = "m n k flops bytes intensity compute_s memory_s bound_s limiter"
+    required += " attainable_flops_per_s bound_s_per_row"
+    assert all(set(required.split()) <= set(r) for r in rows)
     assert [round(r["intensity"], 4) for r in rows] == [0.9995, 31.5077, 120.4706]
     assert [round(r["bound_s"] * 1e6, 3) for r in rows] == [16.785, 17.039, 35.791]
     assert [r["limiter"] for r in rows] == ["memory", "memory", "compute"]
@@ -43,28 +31,17 @@ def test_model_gemm_json_reproduces_the_article_table():
     assert rows[0]["flops"] == 33_554_432 and rows[0]["bytes"] == 33_570_816
 
 
+def model_gemm_json(capsys, *args: str) -> list[dict]:
+    """The rows of `rooflab model gemm ARGS --format json`, run in this process."""
+    assert main(["model", "gemm", *args, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_model_gemm_with_device_preset_matches_explicit_figures(capsys):
-    assert (
-        main(
-            [
-                "model",
-                "gemm",
-                "--m",
-                "1,32,128",
-                *ARTICLE,
-                "--device",
-                "article-hypothetical",
-                "--format",
-                "json",
-            ]
-        )
-        == 0
+    from_preset = model_gemm_json(
+        capsys, "--m", "1,32,128", *ARTICLE, "--device", "article-hypothetical"
     )
-    from_preset = json.loads(capsys.readouterr().out)
-    assert (
-        main(["model", "gemm", "--m", "1,32,128", *ARTICLE, *HYPOTHETICAL, "--format", "json"]) == 0
-    )
-    explicit = json.loads(capsys.readouterr().out)
+    explicit = model_gemm_json(capsys, "--m", "1,32,128", *ARTICLE, *HYPOTHETICAL)
     sources = {"peak_source", "bandwidth_source"}
     assert [{k: v for k, v in row.items() if k not in sources} for row in from_preset] == [
         {k: v for k, v in row.items() if k not in sources} for row in explicit
@@ -103,37 +80,11 @@ def test_model_gemm_csv(capsys):
 
 
 def test_mixed_dtypes_and_beta(capsys):
-    assert (
-        main(
-            [
-                "model",
-                "gemm",
-                "--m",
-                "8",
-                "--n",
-                "64",
-                "--k",
-                "32",
-                "--x-dtype",
-                "int8",
-                "--w-dtype",
-                "int4",
-                "--y-dtype",
-                "fp16",
-                "--beta",
-                "1",
-                # int8 x int4 multiplies integers: its work is in OP, its peak in OP/s
-                "--peak",
-                "120 TOP/s",
-                "--bandwidth",
-                "2 TB/s",
-                "--format",
-                "json",
-            ]
-        )
-        == 0
-    )
-    (row,) = json.loads(capsys.readouterr().out)
+    shape = ["--m", "8", "--n", "64", "--k", "32", "--beta", "1"]
+    dtypes = ["--x-dtype", "int8", "--w-dtype", "int4", "--y-dtype", "fp16"]
+    # int8 x int4 multiplies integers: its work is in OP, its peak in OP/s
+    ceilings = ["--peak", "120 TOP/s", "--bandwidth", "2 TB/s"]
+    (row,) = model_gemm_json(capsys, *shape, *dtypes, *ceilings)
     assert row["bytes"] == 8 * 32 + 32 * 64 // 2 + 2 * (8 * 64 * 2)
     assert row["ops"] == 2 * 8 * 64 * 32 and row["peak_ops_per_s"] == 120e12
 

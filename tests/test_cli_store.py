@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflab.cli import RUN_KINDS
+from rooflab.cli import RUN_KINDS, main
 from rooflab.devices import load_device_presets
 from rooflab.records import DERIVED_TABLES, POINT_VIEWS, TABLES
 from rooflab.roofline import build_analysis, write_analysis
@@ -23,6 +23,7 @@ from tests.conftest import UNJUDGED, installed_script, run_rooflab
 from tests.store_runs import two_machines
 
 REPO = Path(__file__).resolve().parents[1]
+ARTICLE_STAGES = "config/stages/article-two-stage.yaml"
 TINY = """\
 backend: cpu
 timing: {warmup_s: 0.01, warmup_min_calls: 1, min_time_s: 0.02, min_samples: 5, max_samples: 50}
@@ -44,6 +45,16 @@ def as_json(*args) -> list[dict]:
     return json.loads(ok(*args, "--format", "json"))
 
 
+def query(store: Path, sql: str) -> list[dict]:
+    """The rows of `rooflab query SQL` on the store."""
+    return as_json("query", sql, "--db", store)
+
+
+def article_stages(*args) -> str:
+    """`rooflab model stages` of the article's two stages, with `args`."""
+    return ok("model", "stages", ARTICLE_STAGES, *args, cwd=REPO)
+
+
 def one_line_error(result: subprocess.CompletedProcess, says: str) -> str:
     """The one line a refused command prints: status 2, no traceback, `rooflab: error:` once."""
     assert result.returncode == 2, result.stdout + result.stderr
@@ -62,18 +73,9 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
     results = root / "results"
     _, ceilings_run = quick_ceilings_run
     shutil.copytree(ceilings_run, results / "ceilings" / "runs" / ceilings_run.name)
+    measure = ["measure", "gemm", "--config", "tiny.yaml", "--sweep", "tiny"]
     for _ in range(2):  # the sweep and its rerun
-        ok(
-            "measure",
-            "gemm",
-            "--config",
-            "tiny.yaml",
-            "--sweep",
-            "tiny",
-            "--out",
-            "results/sweeps/tiny/runs",
-            cwd=root,
-        )
+        ok(*measure, "--out", "results/sweeps/tiny/runs", cwd=root)
     two_machines(results / "others")  # m-alpha (host alpha) and m-beta (host beta), in 2025
     analysis = build_analysis(
         [results / "ceilings" / "runs" / ceilings_run.name],
@@ -89,11 +91,8 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
 @pytest.fixture(scope="module")
 def here(store) -> dict:
     """This machine's runs row of the quick ceilings run."""
-    (row,) = as_json(
-        "query",
-        "SELECT * FROM runs WHERE kind = 'ceilings' AND host NOT IN ('alpha', 'beta')",
-        "--db",
-        store,
+    (row,) = query(
+        store, "SELECT * FROM runs WHERE kind = 'ceilings' AND host NOT IN ('alpha', 'beta')"
     )
     return row
 
@@ -134,7 +133,7 @@ def test_a_table_gives_each_column_with_a_unit_one_unit_in_its_header(store):
         "achieved_flops_per_s, noisy FROM latest_gemm_points ORDER BY config_id, cache_state"
     )
     table = ok("query", sql, "--db", store).splitlines()
-    points = as_json("query", sql, "--db", store)
+    points = query(store, sql)
     header = re.split(r"\s{2,}", table[0].strip())
     units = {
         "flops": ("FLOP", {"": 1, "k": 1e3, "M": 1e6}),
@@ -145,9 +144,7 @@ def test_a_table_gives_each_column_with_a_unit_one_unit_in_its_header(store):
     assert header[:3] == ["config_id", "cache_state", "n_samples"] and header[-1] == "noisy"
     scales = {}
     for column, (unit, prefixes) in units.items():
-        (found,) = [h for h in header if h.startswith(f"{column} (")]
-        prefix = found[len(column) + 2 : -1].removesuffix(unit)
-        scales[column] = prefixes[prefix]
+        scales[column] = prefixes[header_unit(header, column).removesuffix(unit)]
     for line, point in zip(table[1:], points, strict=True):
         cells = dict(zip(header, line.split(), strict=True))
         assert cells["n_samples"] == str(point["n_samples"])  # no unit: as it is
@@ -173,9 +170,9 @@ def test_latest_roofline_points_holds_the_newest_runs_points_only(store):
     timing = as_json("runs", "--kind", "gemm", "--sweep", "tiny", "--db", store)
     assert len(timing) == 2
     older, newer = (r["run_id"] for r in timing)
-    every = as_json("query", "SELECT * FROM roofline_points", "--db", store)
+    every = query(store, "SELECT * FROM roofline_points")
     assert {p["run_id"] for p in every} == {older, newer}  # a rerun keeps both in roofline_points
-    latest = as_json("query", "SELECT * FROM latest_roofline_points", "--db", store)
+    latest = query(store, "SELECT * FROM latest_roofline_points")
     assert {p["run_id"] for p in latest} == {newer}
     keys = [(p["machine_id"], p["config_id"], p["cache_state"], p["level"]) for p in latest]
     assert len(keys) == len(set(keys)) == len([p for p in every if p["run_id"] == newer])
@@ -184,19 +181,12 @@ def test_latest_roofline_points_holds_the_newest_runs_points_only(store):
     readme = (REPO / "README.md").read_text()
     (sql,) = [q for q in re.findall(r"```sql\n(.*?)```", readme, re.S) if "roofline_points" in q]
     assert "FROM latest_roofline_points" in sql
-    assert len(as_json("query", sql, "--db", store)) == len(latest)
+    assert len(query(store, sql)) == len(latest)
 
 
 def test_ceiling_conditions_joins_each_ceiling_to_its_readings(store, here):
-    ceilings = as_json(
-        "query", f"SELECT * FROM ceilings WHERE run_id = '{here['run_id']}'", "--db", store
-    )
-    readings = as_json(
-        "query",
-        f"SELECT * FROM ceiling_conditions WHERE run_id = '{here['run_id']}'",
-        "--db",
-        store,
-    )
+    ceilings = query(store, f"SELECT * FROM ceilings WHERE run_id = '{here['run_id']}'")
+    readings = query(store, f"SELECT * FROM ceiling_conditions WHERE run_id = '{here['run_id']}'")
     for ceiling in ceilings:
         key = ("kind", "name", "kernel")  # a level has a row per kernel (triad, triad_avx2)
         mine = [r for r in readings if all(r[k] == ceiling[k] for k in key)]
@@ -399,20 +389,8 @@ def test_a_usage_error_has_one_prefix():
 
 
 def test_one_figure_of_a_preset_can_be_replaced():
-    args = [
-        "model",
-        "gemm",
-        "--m",
-        "1,256",
-        "--n",
-        "8192",
-        "--k",
-        "8192",
-        "--dtype",
-        "bf16",
-        "--device",
-        "h100-sxm",
-    ]
+    args = ["model", "gemm", "--m", "1,256", "--n", "8192", "--k", "8192", "--dtype", "bf16"]
+    args += ["--device", "h100-sxm"]  # the preset: each call below replaces one of its figures
     rows = as_json(*args, "--bandwidth", "3 TB/s")
     assert {(r["peak_flops_per_s"], r["bandwidth_b_per_s"]) for r in rows} == {(989.4e12, 3e12)}
     assert {(r["peak_source"], r["bandwidth_source"]) for r in rows} == {
@@ -421,18 +399,7 @@ def test_one_figure_of_a_preset_can_be_replaced():
     table = ok(*args, "--peak", "500 TFLOP/s").splitlines()
     assert "peak 500 TFLOP/s, bandwidth 3.35 TB/s" in table[0]
     assert table[1] == "peak from --peak; bandwidth from datasheet h100-sxm, level HBM"
-    stages = ok(
-        "model",
-        "stages",
-        "config/stages/article-two-stage.yaml",
-        "--device",
-        "h100-sxm",
-        "--path",
-        "fp64",
-        "--bandwidth",
-        "2 TB/s",
-        cwd=REPO,
-    )
+    stages = article_stages("--device", "h100-sxm", "--path", "fp64", "--bandwidth", "2 TB/s")
     assert stages.splitlines()[-1] == (
         "ceilings       peak 34 TFLOP/s from datasheet h100-sxm, path fp64, "
         "bandwidth 2 TB/s from --bandwidth"
@@ -446,19 +413,17 @@ GEMM = ["model", "gemm", "--m", "1,256", "--n", "1024", "--k", "1024"]
 
 
 def best(store, run_id: str, kind: str, name: str) -> dict:
-    (row,) = as_json(
-        "query",
+    (row,) = query(
+        store,
         "SELECT arg_max(kernel, value) AS kernel, max(value) AS value FROM latest_ceilings "
         f"WHERE run_id = '{run_id}' AND kind = '{kind}' AND name = '{name}'",
-        "--db",
-        store,
     )
     return row
 
 
 def test_model_measured_draws_the_bound_on_the_newest_ceilings(store, here):
     rows = as_json(*GEMM, "--dtype", "fp32", "--measured", "--db", store)
-    fma, dram = best(store, here["run_id"], "compute", "fp32_fma"), None
+    fma = best(store, here["run_id"], "compute", "fp32_fma")
     (memory,) = [
         lv for lv in ("DRAM", "HBM") if best(store, here["run_id"], "bandwidth", lv)["value"]
     ]
@@ -495,20 +460,9 @@ def test_model_measured_of_a_named_machine_with_a_path_a_level_and_a_what_if(sto
     assert (faster["peak_flops_per_s"], faster["bandwidth_b_per_s"]) == (1e12, 100e9)
     assert faster["bandwidth_source"] == "--bandwidth"
     assert faster["memory_s"] == pytest.approx(alpha["memory_s"] / 2)
-    stages_file = REPO / "config" / "stages" / "article-two-stage.yaml"
     stages = json.loads(
-        ok(
-            "model",
-            "stages",
-            stages_file,
-            "--measured",
-            "alpha",
-            "--path",
-            "fp64_fma",
-            "--db",
-            store,
-            "--format",
-            "json",
+        article_stages(
+            "--measured", "alpha", "--path", "fp64_fma", "--db", store, "--format", "json"
         )
     )
     assert (stages["peak_flops_per_s"], stages["bandwidth_b_per_s"]) == (1e12, 50e9)
@@ -518,8 +472,7 @@ def test_model_measured_of_a_named_machine_with_a_path_a_level_and_a_what_if(sto
 def test_a_stage_file_names_its_measured_ceilings(store, tmp_path):
     named = tmp_path / "named.yaml"
     named.write_text(
-        "compute_path: fp64_fma\nmemory_level: L2\n"
-        + (REPO / "config" / "stages" / "article-two-stage.yaml").read_text()
+        "compute_path: fp64_fma\nmemory_level: L2\n" + (REPO / ARTICLE_STAGES).read_text()
     )
     out = ok("model", "stages", named, "--measured", "beta", "--db", store).splitlines()
     assert out[-1].startswith(
@@ -564,8 +517,6 @@ def test_model_measured_without_ceilings_or_store_is_one_line(tmp_path):
 
 
 def test_query_caps_its_rows_and_its_time_and_says_so(store, capsys):
-    from rooflab.cli import main
-
     big = "SELECT i FROM range(25000) t(i)"
     assert main(["query", big, "--db", str(store), "--format", "json"]) == 0
     out, err = capsys.readouterr()
@@ -588,7 +539,7 @@ def test_query_caps_its_rows_and_its_time_and_says_so(store, capsys):
 def test_explain_gives_every_point_one_cause_with_the_stores_own_figures(store):
     """Every point of the measured store has one diagnosis in the `diagnoses` view, and each
     figure of its evidence named by a roofline_points column is that column's stored value."""
-    points = as_json("query", "SELECT * FROM latest_roofline_points", "--db", store)
+    points = query(store, "SELECT * FROM latest_roofline_points")
     diagnoses = as_json("explain", "--db", store)
     place = lambda row, key: (row[key], row["cache_state"], row["level"])  # noqa: E731
     assert sorted(place(d, "key") for d in diagnoses) == sorted(

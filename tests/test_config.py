@@ -149,10 +149,10 @@ def test_a_campaign_files_named_sections_replace_the_defaults(tmp_path):
 
 
 def test_without_a_campaign_file_the_defaults_stay(tmp_path):
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    default = REPO / "config" / "config.yaml"
+    config = yaml.safe_load(default.read_text())
     timing_only = tmp_path / "timing.yaml"
     timing_only.write_text("timing: {min_samples: 20}\n")
-    default = REPO / "config" / "config.yaml"
     for files in ([default], [timing_only, default], []):
         kept = campaign_config(yaml.safe_load(default.read_text()), files, default)
         assert kept == config
@@ -161,13 +161,7 @@ def test_without_a_campaign_file_the_defaults_stay(tmp_path):
 def test_snakemake_configfile_runs_only_that_campaigns_sweeps(tmp_path):
     mine = tmp_path / "only_mine.yaml"
     mine.write_text(yaml.safe_dump(ONLY_MINE))
-    result = subprocess.run(
-        [installed_script("snakemake"), "-n", "--cores", "1", "--configfile", str(mine)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = _snakemake(REPO, "--configfile", str(mine))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "results/sweeps/mine/local/timing.json" in output

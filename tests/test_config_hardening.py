@@ -1,15 +1,22 @@
 """Config values the schema's types allow but the campaign cannot use: refused when the config is
 loaded, with one line naming the key, by `validate_config` and by `rooflab measure ... --config`."""
 
+import subprocess
+import sys
+
 import pytest
 import yaml
 
 from rooflab.backends.cublas_args import library_paths
 from rooflab.config import (
     COMPUTE_PATHS,
+    LONG_STAGE_LIST,
+    MAX_YAML_BYTES,
     MEMORY_LEVEL_NAMES,
     ConfigError,
+    config_file,
     load_config,
+    load_yaml,
     usable_cpus,
     validate_config,
 )
@@ -221,8 +228,6 @@ def test_the_known_ceiling_names_are_every_name_the_code_measures():
 
 
 def test_the_schema_lists_the_known_ceiling_names():
-    from rooflab.config import config_file
-
     text = config_file("schema.yaml").read_text(encoding="utf-8")
     assert all(name in text for name in (*COMPUTE_PATHS, *MEMORY_LEVEL_NAMES))
 
@@ -239,9 +244,6 @@ LAUGHS = (
 
 
 def test_a_billion_laughs_file_is_refused_in_one_line_before_it_expands(tmp_path):
-    import subprocess
-    import sys
-
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(LAUGHS)
     assert len(LAUGHS) < 1100
@@ -256,8 +258,6 @@ def test_a_billion_laughs_file_is_refused_in_one_line_before_it_expands(tmp_path
 
 
 def test_a_config_file_too_large_to_be_a_config_is_refused(tmp_path):
-    from rooflab.config import MAX_YAML_BYTES, ConfigError, load_yaml
-
     big = tmp_path / "big.yaml"
     big.write_text("m: [" + "1," * (MAX_YAML_BYTES // 2) + "1]\n")
     with pytest.raises(ConfigError, match=r"big\.yaml: \d+ bytes, over the 16777216"):
@@ -268,8 +268,6 @@ def test_a_config_file_too_large_to_be_a_config_is_refused(tmp_path):
 
 
 def test_a_gemm_size_written_as_a_decimal_names_its_file_and_key(tmp_path):
-    from rooflab.config import ConfigError, load_config
-
     config = tmp_path / "m4.yaml"
     config.write_text(
         "sweeps:\n  s:\n    m: [1, 4.0]\n    n: [64]\n    k: [64]\n    dtypes: [fp32]\n"
@@ -301,8 +299,6 @@ def test_a_cycle_of_100000_stages_is_one_short_line():
 def test_a_long_stages_list_is_checked_with_the_same_words_as_a_short_one(bad):
     """A list past LONG_STAGE_LIST is checked by a compiled validator (jsonschema's costs 10 s
     for 100,000 stages); a stage it refuses gets the message it gets in a short list."""
-    from rooflab.config import LONG_STAGE_LIST
-
     said = {}
     for length in (3, LONG_STAGE_LIST + 5):
         stages = [stage(f"s{i}") for i in range(length)]

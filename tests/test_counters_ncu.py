@@ -404,8 +404,11 @@ def test_replay_passes_from_ncus_progress_lines():
     assert replay_passes(read(NCU_FIXTURES / "no_driver" / "profile.log.txt")) == []
 
 
-def _scripted_ncu(tmp_path: Path, log_text: str, stderr: str = "", code: int = 0) -> Path:
-    """A stand-in for ncu's profile that writes `log_text` to its --log-file."""
+def run_scripted_ncu(
+    tmp_path: Path, log_text: str, stderr: str = "", code: int = 0
+) -> NcuResult | Unavailable:
+    """run_ncu's outcome under a stand-in for ncu's profile that writes `log_text` to its
+    --log-file, `stderr` to its stderr and exits with `code`."""
     (tmp_path / "log.txt").write_text(log_text)
     script = tmp_path / "ncu"
     script.write_text(
@@ -418,7 +421,15 @@ sys.exit({code})
 """
     )
     script.chmod(0o755)
-    return script
+    command = ncu_command(
+        CHILD,
+        nvtx_range="r",
+        metrics=[DRAM_READ],
+        cache_control="all",
+        ncu=str(script),
+        log_file=tmp_path / "profile.csv",
+    )
+    return run_ncu(command, timeout_s=60)
 
 
 def test_csv_not_understood_is_unavailable_not_a_crash(tmp_path):
@@ -426,12 +437,7 @@ def test_csv_not_understood_is_unavailable_not_a_crash(tmp_path):
     broken = text + text.splitlines()[-1].rsplit(",", 1)[0] + "\n"  # a row cut short
     with pytest.raises(CounterParseError):
         parse_ncu_csv(broken)
-    ncu = _scripted_ncu(tmp_path, broken)
-    log = tmp_path / "profile.csv"
-    command = ncu_command(
-        CHILD, nvtx_range="r", metrics=[DRAM_READ], cache_control="all", ncu=str(ncu), log_file=log
-    )
-    result = run_ncu(command, timeout_s=60)
+    result = run_scripted_ncu(tmp_path, broken)
     assert isinstance(result, Unavailable)
     assert result.reason.startswith("ncu's CSV not understood: row does not fit")
 
@@ -453,16 +459,7 @@ def test_a_failing_program_under_ncu_leaves_its_traceback_in_the_reason(tmp_path
         "enclosed in double quotes: line 1 column 2 (char 1)"
     )
     # through run_ncu as well, with a program that fails
-    ncu = _scripted_ncu(tmp_path, log, stderr=failed.stderr, code=1)
-    command = ncu_command(
-        CHILD,
-        nvtx_range="r",
-        metrics=[DRAM_READ],
-        cache_control="all",
-        ncu=str(ncu),
-        log_file=tmp_path / "profile.csv",
-    )
-    assert run_ncu(command, timeout_s=60) == problem
+    assert run_scripted_ncu(tmp_path, log, stderr=failed.stderr, code=1) == problem
 
 
 def gemm_fixtures() -> list[Path]:

@@ -141,6 +141,11 @@ def cold_pairing() -> Pairing:
     return pair({"config_id": CONFIG, "cache_control": "all"}, TIMINGS)
 
 
+def cold_points(levels: dict, **kwargs) -> list[dict]:
+    """The trusted bf16_tensor points of the cold pairing at counted bytes `levels`."""
+    return hierarchical_points(cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor", **kwargs)
+
+
 @pytest.mark.parametrize("counted", [0, None, F * 1.02, F / 2])
 def test_untrusted_counts_never_reach_a_point(counted):
     untrusted = calibrate(counted, M, N, K, path="bf16_tensor")
@@ -163,9 +168,7 @@ def test_a_calibration_admits_only_its_own_path_and_shape():
 def test_hierarchical_points_name_the_limiting_level():
     # F = 2^31 FLOP. HBM: I = F/3.4e7 = 63.2, B·I = 2.5e14; L2: I = F/2e8 = 10.7, B·I = 1.3e14
     levels = {"HBM": 3.4e7, "L2": 2e8, "L1": 5e8}
-    rows = hierarchical_points(
-        cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor", counters_run_id="c1"
-    )
+    rows = cold_points(levels, counters_run_id="c1")
     assert [r["level"] for r in rows] == ["HBM", "L2", "L1"]
     by_level = {r["level"]: r for r in rows}
     for level, q in levels.items():
@@ -199,7 +202,7 @@ def test_hierarchical_points_name_the_limiting_level():
 def test_compute_limits_when_every_level_allows_more():
     # HBM: I = 2147, B·I = 8.6e15; L2: I = 1074, B·I = 1.3e16; both above C = 7e14
     levels = {"HBM": 1e6, "L2": 2e6}
-    rows = hierarchical_points(cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor")
+    rows = cold_points(levels)
     assert {r["limiter"] for r in rows} == {"compute"}
     assert {r["limiting_level"] for r in rows} == {"HBM"}  # still the tighter of the two levels
     assert {r["hierarchical_attainable_flops_per_s"] for r in rows} == {7e14}
@@ -209,7 +212,7 @@ def test_compute_limits_when_every_level_allows_more():
 
 def test_hierarchical_points_need_a_ceiling():
     with pytest.raises(ValueError, match="no bandwidth ceiling"):
-        hierarchical_points(cold_pairing(), trusted(), {"L1": 1e8}, CEILINGS, "bf16_tensor")
+        cold_points({"L1": 1e8})
     with pytest.raises(ValueError, match="no compute ceiling"):
         hierarchical_points(cold_pairing(), trusted(), {"HBM": 1e8}, {"HBM": 1e12}, "bf16_tensor")
 
@@ -217,16 +220,12 @@ def test_hierarchical_points_need_a_ceiling():
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
 def test_hierarchical_points_refuse_counted_bytes_that_are_not_a_count(bad):
     with pytest.raises(ValueError, match="counted bytes must be finite and >= 0"):
-        hierarchical_points(
-            cold_pairing(), trusted(), {"HBM": 3.4e7, "L2": bad}, CEILINGS, "bf16_tensor"
-        )
+        cold_points({"HBM": 3.4e7, "L2": bad})
 
 
 def test_zero_counted_bytes_at_a_level_give_no_memory_bound_there():
     # zero is a count (warm operands that never left the L2), not a missing counter
-    rows = hierarchical_points(
-        cold_pairing(), trusted(), {"HBM": 0.0, "L2": 2e8}, CEILINGS, "bf16_tensor"
-    )
+    rows = cold_points({"HBM": 0.0, "L2": 2e8})
     hbm = next(r for r in rows if r["level"] == "HBM")
     assert hbm["intensity"] == math.inf and hbm["attainable_flops_per_s"] == 7e14
     assert {r["limiting_level"] for r in rows} == {"L2"}
@@ -238,7 +237,7 @@ def test_a_level_counting_fewer_bytes_than_the_one_outside_it_gets_no_point():
     levels = {"HBM": 1.767e8, "L2": 1.017e9, "L1": 12_160.0}
     assert set(bypassed_levels(levels)) == {"L1"}
     assert "12160 B counted, under 0.5 x the 1.017e+09 B at L2" in bypassed_levels(levels)["L1"]
-    rows = hierarchical_points(cold_pairing(), trusted(), levels, CEILINGS, "bf16_tensor")
+    rows = cold_points(levels)
     assert [r["level"] for r in rows] == ["HBM", "L2"]
     # L1 at zero: no point either; L2 below HBM: the same rule one level out
     assert set(bypassed_levels({"HBM": 3.4e7, "L2": 6.4e7, "L1": 0.0})) == {"L1"}

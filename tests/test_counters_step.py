@@ -14,7 +14,7 @@ import pytest
 from rooflab.backends.selection import select_backend
 from rooflab.cli import main
 from rooflab.config import validate_config
-from rooflab.counters.perf import pmu_note
+from rooflab.counters.perf import parse_perf_stat, perf_stat_command, pmu_note, run_perf_stat
 from rooflab.experiments.counter_targets import select_cases
 from rooflab.experiments.counters import (
     CounterSettings,
@@ -22,21 +22,17 @@ from rooflab.experiments.counters import (
     run_counters,
     status_row,
 )
-from rooflab.experiments.gemm import run_gemm_sweep
+from rooflab.experiments.gemm import GemmCase, GemmConfig, run_gemm_sweep
+from rooflab.experiments.profiled import child_command
 from rooflab.experiments.timing import TimingSettings
 from rooflab.records import TABLES, read_run, to_table, write_run
 from rooflab.roofline import counter_points, latest_ceilings_by_machine, roofline_points
+from rooflab.roofline.diagnosis import diagnose
 from tests import constructed_counters as constructed
-from tests.counters_fixtures import replaying_ncu
+from tests.counters_fixtures import NCU_FIXTURES, replaying_ncu
 
-FIXTURES = Path(__file__).parent / "fixtures"
 NCU = Path("/tmp/aptnf/x/usr/lib/nsight-compute/ncu")  # Debian's nsight-compute, unpacked
 SWEEP = {"m": [1, 3, 5], "n": [16], "k": [16], "dtypes": ["fp64"], "cache_states": ["warm", "cold"]}
-
-
-def tables_fit(tables: dict[str, list[dict]]) -> None:
-    for name, rows in tables.items():
-        to_table(name, rows)  # raises on a column the table lacks or a wrong type
 
 
 # -- a real timing run on this machine's CPU ------------------------------------------------------
@@ -64,7 +60,8 @@ def _count(timed, settings: CounterSettings, tool=None):
     tables = run_counters(
         timed["backend"], "s", timed["config"]["sweeps"]["s"], settings, timed["run_dir"], tool=tool
     )
-    tables_fit(tables)
+    for name, rows in tables.items():
+        to_table(name, rows)  # raises on a column the table lacks or a wrong type
     return tables
 
 
@@ -129,15 +126,10 @@ def test_perf_runs_every_child_where_an_event_counts(timed):
     assert all(r["status"] == "ok" and r["value"] > 0 for r in counted)
 
 
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed here")
 def test_perf_scopes_its_counts_to_the_measured_call(tmp_path):
     """--control: events enabled only around the child's call. task-clock (a software event, which
     this VM counts) of the measured call is far below the whole child's."""
-    if shutil.which("perf") is None:
-        pytest.skip("perf is not installed here")
-    from rooflab.counters.perf import parse_perf_stat, perf_stat_command, run_perf_stat
-    from rooflab.experiments.gemm import GemmCase, GemmConfig
-    from rooflab.experiments.profiled import child_command
-
     child = child_command(GemmCase(GemmConfig("t", 8, 16, 32, "fp32", "nn"), 0), "cpu", 1)
     whole = run_perf_stat(perf_stat_command(["task-clock"], child), 120)
     ctl, ack = tmp_path / "ctl", tmp_path / "ack"
@@ -172,7 +164,7 @@ def test_ncu_step_with_the_real_ncu_and_no_driver(timed):
         "metric list not queried (exit status 1: ==ERROR== Driver could not be loaded.)"
     )
     (unavailable,) = [r for r in rows if r["status"] == "unavailable"]
-    recorded = (FIXTURES / "ncu" / "no_driver" / "profile.stderr.txt").read_text().strip()
+    recorded = (NCU_FIXTURES / "no_driver" / "profile.stderr.txt").read_text().strip()
     reason = unavailable["reason"]
     assert reason.startswith("exit status 1: ")
     assert recorded in reason  # ncu's own line, as recorded in tests/fixtures/ncu/no_driver
@@ -241,14 +233,10 @@ def test_a_filter_that_matches_nothing_stops_the_step_at_once(timed, tmp_path):
     """ncu that exits cleanly having profiled nothing (its recorded words, no CSV): the child
     ran its range, so the NVTX filter matched nothing; the same filter would miss every other
     configuration, so the step stops after the first profile instead of spending them all."""
-    script = replaying_ncu(tmp_path)
-    no_kernel = (FIXTURES / "ncu" / "no_driver" / "profile.log.txt").read_text().splitlines()[-1]
+    no_kernel = (NCU_FIXTURES / "no_driver" / "profile.log.txt").read_text().splitlines()[-1]
     assert no_kernel == "==WARNING== No kernels were profiled."
     (tmp_path / "empty.csv").write_text(no_kernel + "\n")
-    text = script.read_text().replace(
-        str(FIXTURES / "ncu" / "import_sample" / "sobelDouble.raw.csv"), str(tmp_path / "empty.csv")
-    )
-    script.write_text(text)
+    script = replaying_ncu(tmp_path, profile=tmp_path / "empty.csv")
     tables = _count(timed, CounterSettings(ncu=str(script)), tool="ncu")
     status = [r for r in tables["counters"] if r["metric"] is None]
     (only,) = [r for r in status if r["config_id"]]  # one profile tried, of six
@@ -433,11 +421,7 @@ def test_replays_pair_only_with_the_timing_run_they_name_on_their_machine(tmp_pa
 def test_a_counted_point_carries_its_replay_clock_and_is_judged_by_it(tmp_path, replay_mhz, judged):
     """Issue 43: a counted point carries its timing's clock, its roof's (none here) and the SM
     clock ncu saw in its replay; a replay at a clock 10 % off its timing's is `conditions`."""
-    from rooflab.roofline.diagnosis import diagnose
-
-    runs = constructed.write_campaign(tmp_path / "results", clocks_mhz=(1500.0, replay_mhz))
-    ceilings = latest_ceilings_by_machine([runs["ceilings"]])
-    points, _ = counter_points([runs["counters"]], [runs["gemm"]], ceilings)
+    points, _ = _constructed(tmp_path, clocks_mhz=(1500.0, replay_mhz))
     assert points and {(p["clock_mhz"], p["replay_clock_mhz"]) for p in points} == {
         (1500.0, replay_mhz)
     }

@@ -2,6 +2,7 @@
 thread's CPU makes that thread wait on the run queue, and rooflab must see it."""
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -10,10 +11,12 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from rooflab.backends.cpu import CpuBackend
 from rooflab.conditions.cpu import ClockUnavailable, measure_cpu_clock_hz
 from rooflab.conditions.disturbance import (
+    CLOCK_TICKS_PER_S,
     DisturbanceProbe,
     DisturbanceSettings,
     PhaseDisturbance,
@@ -24,6 +27,7 @@ from rooflab.conditions.disturbance import (
     wait_for_quiet,
 )
 from rooflab.experiments.timing import TimingSettings, measure
+from tests.conftest import run_rooflab
 
 linux_schedstat = pytest.mark.skipif(
     DisturbanceProbe().unavailable is not None
@@ -156,13 +160,8 @@ def test_disturbed_samples_are_left_out_and_retaken():
     cpu = min(os.sched_getaffinity(0))
     settings = TimingSettings(warmup_s=0.01, min_time_s=0.3, min_samples=10)
     settings = replace(settings, disturbance=DisturbanceSettings(retake_factor=100))
-    competitor = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time\nend = time.time() + 0.15\nwhile time.time() < end: pass",
-        ]
-    )
+    code = "import time\nend = time.time() + 0.15\nwhile time.time() < end: pass"
+    competitor = subprocess.Popen([sys.executable, "-c", code])
     os.sched_setaffinity(competitor.pid, {cpu})
     with pinned(cpu):
         measured = measure(lambda: spin(0.002), backend, settings, "warm")
@@ -225,21 +224,7 @@ def test_the_quiet_check_looks_at_the_machine_for_its_configured_window(monkeypa
     assert slept == [0.07] and check.warning is None
 
 
-def test_the_schema_defaults_are_the_settings_defaults():
-    from rooflab.config import validate_config
-
-    section = validate_config({})["disturbance"]
-    assert DisturbanceSettings.from_config(section) == DisturbanceSettings()
-    assert TimingSettings.from_config(validate_config({})["timing"], section) == TimingSettings()
-
-
 def test_measure_gemm_json_carries_the_verdict(tmp_path):
-    import json
-
-    import yaml
-
-    from tests.conftest import run_rooflab
-
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -250,20 +235,8 @@ def test_measure_gemm_json_carries_the_verdict(tmp_path):
             }
         )
     )
-    result = run_rooflab(
-        "measure",
-        "gemm",
-        "--config",
-        config,
-        "--sweep",
-        "s",
-        "--backend",
-        "cpu",
-        "--out",
-        tmp_path / "runs",
-        "--format",
-        "json",
-    )
+    options = ["--sweep", "s", "--backend", "cpu", "--out", tmp_path / "runs", "--format", "json"]
+    result = run_rooflab("measure", "gemm", "--config", config, *options)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert len(rows) == 4
@@ -277,8 +250,6 @@ def test_measure_gemm_json_carries_the_verdict(tmp_path):
 def test_what_other_processes_used_is_judged_beyond_the_clock_tick_resolution():
     """/proc/stat counts in clock ticks: a phase of 50 ms on this machine's CPUs cannot tell a
     few tenths of a CPU from nothing, so it is not flagged for them; a long phase is."""
-    from rooflab.conditions.disturbance import CLOCK_TICKS_PER_S, PhaseDisturbance, judge, probe
-
     settings = DisturbanceSettings(max_other_cpus=0.25)
     resolution = probe().cpus / (CLOCK_TICKS_PER_S * 0.05)
     short = PhaseDisturbance(0.05, other_cpus=0.25 + resolution * 0.9, steal_fraction=0.0)

@@ -59,6 +59,7 @@ KERNELS = (
     "d2h_memcpy_pinned",
     "d2h_memcpy_pageable",
 )
+PINNED = {kernel for kernel in KERNELS if not kernel.endswith("pageable")}
 
 
 # -- the plan, names and ledger --
@@ -172,24 +173,13 @@ def test_each_direction_takes_its_faster_pinned_method_never_pageable():
 
 
 def test_ceiling_rows_are_the_pinned_cases_named_host_each_saying_whether_it_sets_the_ceiling():
-    rows = [
-        _row("h2d_sm_pinned", 50e9),
-        _row("h2d_memcpy_pinned", 52e9),
-        _row("h2d_memcpy_pageable", 80e9),
-        _row("d2h_sm_pinned", 57e9),
-        _row("d2h_memcpy_pinned", 56e9),
-        _row("d2h_memcpy_pageable", 20e9),
-    ]
+    rates = (50e9, 52e9, 80e9, 57e9, 56e9, 20e9)
+    rows = [_row(kernel, rate) for kernel, rate in zip(KERNELS, rates, strict=True)]
     how = {kernel: f"how {kernel}" for kernel in KERNELS}
     ceilings = ceiling_rows(rows, "r", how, {})
     to_table("ceilings", ceilings)  # every row fits the table's schema
     by_kernel = {row["kernel"]: row for row in ceilings}
-    assert set(by_kernel) == {
-        "h2d_sm_pinned",
-        "h2d_memcpy_pinned",
-        "d2h_sm_pinned",
-        "d2h_memcpy_pinned",
-    }
+    assert set(by_kernel) == PINNED
     assert {row["name"] for row in ceilings} == {HOST_LEVEL}
     assert all(row["kind"] == "bandwidth" and row["unit"] == "B/s" for row in ceilings)
     assert by_kernel["h2d_memcpy_pinned"]["method"].startswith(
@@ -306,7 +296,7 @@ def test_every_case_becomes_a_sweep_row_and_the_pinned_ones_ceilings(sleeping):
         # the sleeps' rates, within what sleeping overshoots by
         assert 0.7 < row["value"] * SECONDS_PER_MB[kernel] / 1e6 <= 1.01, (kernel, row["value"])
     ceilings = {row["kernel"]: row for row in tables["ceilings"]}
-    assert set(ceilings) == {k for k in KERNELS if not k.endswith("pageable")}
+    assert set(ceilings) == PINNED
     assert "; the h2d ceiling (faster" in ceilings["h2d_memcpy_pinned"]["method"]
     assert "; the d2h ceiling (faster" in ceilings["d2h_sm_pinned"]["method"]
     assert "not the d2h ceiling" in ceilings["d2h_memcpy_pinned"]["method"]
@@ -355,7 +345,7 @@ def test_a_ceilings_run_takes_the_host_link_with_the_other_levels():
     for name, rows in tables.items():
         to_table(name, rows)
     names = {(row["name"], row["kernel"]) for row in tables["ceilings"]}
-    assert {(HOST_LEVEL, k) for k in KERNELS if not k.endswith("pageable")} <= names
+    assert {(HOST_LEVEL, k) for k in PINNED} <= names
     assert any(name != HOST_LEVEL for name, _ in names)
     (run,) = tables["runs"]
     assert '"host_link_buffer_bytes": 268435456' in run["settings"]

@@ -2,6 +2,7 @@
 second measuring process waits and says for whom, a SIGKILLed holder frees the machine at once,
 an orphan keeps it until it ends, and a holder's children measure under its lock."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,20 +42,25 @@ def lock_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _holder_process(what: str, seconds: float) -> subprocess.Popen:
+@contextlib.contextmanager
+def holding(what: str, seconds: float) -> Iterator[subprocess.Popen]:
+    """Another process measuring `what` for `seconds` (killed on leaving the block)."""
     process = subprocess.Popen(
         [sys.executable, "-c", HOLD, what, str(seconds)], stdout=subprocess.PIPE, text=True
     )
-    assert process.stdout.readline().strip() == "held"
-    return process
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield process
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_a_second_measurement_waits_and_says_for_whom(lock_dir, capsys):
-    other = _holder_process("ceilings", 1.5)
-    started = time.monotonic()
-    with measuring("gemm sweep tails", poll_s=0.05) as waited:
-        assert holder()["pid"] == os.getpid() and holder()["what"] == "gemm sweep tails"
-    other.wait()
+    with holding("ceilings", 1.5) as other:
+        started = time.monotonic()
+        with measuring("gemm sweep tails", poll_s=0.05) as waited:
+            assert holder()["pid"] == os.getpid() and holder()["what"] == "gemm sweep tails"
     assert waited >= 0.5 and time.monotonic() - started >= 0.5
     said = capsys.readouterr().err
     assert f"gemm sweep tails: waiting for the machine: pid {other.pid} (ceilings, since" in said
@@ -61,23 +68,19 @@ def test_a_second_measurement_waits_and_says_for_whom(lock_dir, capsys):
 
 
 def test_a_busy_machine_past_the_timeout_is_one_clear_error(lock_dir):
-    other = _holder_process("ceilings", 5)
-    try:
+    with holding("ceilings", 5) as other:
         busy = rf"still busy after .*pid {other.pid} \(ceilings"
         with (
             pytest.raises(MachineBusy, match=busy),
             measuring("gemm sweep tails", timeout_s=0.2, poll_s=0.05),
         ):
             pass
-    finally:
-        other.kill()
-        other.wait()
 
 
 def test_a_killed_holder_frees_the_machine_at_once(lock_dir):
-    other = _holder_process("ceilings", 60)
-    os.kill(other.pid, signal.SIGKILL)
-    other.wait()
+    with holding("ceilings", 60) as other:
+        os.kill(other.pid, signal.SIGKILL)
+        other.wait()
     with measuring("gemm sweep tails", timeout_s=1.0) as waited:
         assert waited < 1.0
 
@@ -137,17 +140,12 @@ def test_two_measuring_commands_started_together_measure_one_after_the_other(loc
     errors = [process.communicate(timeout=300)[1] for process in (first, second)]
     assert first.returncode == second.returncode == 0, errors
     assert sum("waiting for the machine: pid" in text for text in errors) == 1, errors
-    spans = sorted(
-        pq.read_table(run / "runs.parquet").to_pylist()[0]["started_at"]
-        for name in ("first", "second")
-        for run in (tmp_path / name).iterdir()
+    earlier, later = sorted(
+        (pq.read_table(path).to_pylist()[0] for path in tmp_path.glob("*/*/runs.parquet")),
+        key=lambda row: row["started_at"],
     )
-    ends = sorted(
-        pq.read_table(run / "runs.parquet").to_pylist()[0]["ended_at"]
-        for name in ("first", "second")
-        for run in (tmp_path / name).iterdir()
-    )
-    assert ends[0] <= spans[1]  # the later run started measuring after the earlier one ended
+    # the later run started measuring after the earlier one ended
+    assert earlier["ended_at"] <= later["started_at"]
 
 
 def test_the_lock_is_host_wide_whatever_tmpdir_says(monkeypatch):
@@ -164,8 +162,7 @@ def test_the_lock_is_host_wide_whatever_tmpdir_says(monkeypatch):
 
 
 def test_waiting_for_the_machine_has_a_limit_and_the_command_says_who_holds_it(lock_dir):
-    other = _holder_process("ceilings", 30)
-    try:
+    with holding("ceilings", 30) as other:
         env = {**os.environ, "ROOFLAB_LOCK_WAIT_S": "0.5"}
         env.pop(HELD_ENV, None)
         result = subprocess.run(
@@ -173,9 +170,6 @@ def test_waiting_for_the_machine_has_a_limit_and_the_command_says_who_holds_it(l
              "--quick", "--out", str(lock_dir / "out")],
             capture_output=True, text=True, env=env, timeout=120,
         )  # fmt: skip
-    finally:
-        other.kill()
-        other.wait()
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("rooflab: error: ceilings: the machine was still busy after")

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from rooflab.conditions.disturbance import probe
 from rooflab.conditions.nvml import (
     CAP_REASONS,
     ConditionSampler,
@@ -117,8 +118,6 @@ def test_monitor_without_nvml_names_every_missing_field(no_nvml_monitor):
 
 
 def test_sampler_reads_in_the_background_until_stopped(no_nvml_monitor):
-    from rooflab.conditions.disturbance import probe
-
     sampler = ConditionSampler(no_nvml_monitor, "cfg", period_s=0.005).start()
     time.sleep(0.1)
     # its wake-ups are not a measuring thread's wait: left out while it runs, and only then

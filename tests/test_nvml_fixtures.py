@@ -457,15 +457,12 @@ def expected_static(rec: dict) -> dict:
         "supported_clock_event_reasons": (CALL_SUPPORTED, decode_clock_event_reasons),
     }
     for clock, constant in (("sm", SM), ("mem", MEM)):
-        rules[f"applications_clock_{clock}_mhz"] = (
-            f"nvmlDeviceGetApplicationsClock(device, {constant})",
-            int,
-        )
-        rules[f"default_applications_clock_{clock}_mhz"] = (
-            f"nvmlDeviceGetDefaultApplicationsClock(device, {constant})",
-            int,
-        )
-        rules[f"max_clock_{clock}_mhz"] = (f"nvmlDeviceGetMaxClockInfo(device, {constant})", int)
+        for field, call in (
+            ("applications_clock", "nvmlDeviceGetApplicationsClock"),
+            ("default_applications_clock", "nvmlDeviceGetDefaultApplicationsClock"),
+            ("max_clock", "nvmlDeviceGetMaxClockInfo"),
+        ):
+            rules[f"{field}_{clock}_mhz"] = (f"{call}(device, {constant})", int)
     expected = {}
     for field, (call, convert) in rules.items():
         got = entry(rec, call)

@@ -51,6 +51,12 @@ class FakeClock:
         self.now += seconds
 
 
+def clocked(name: str, **kwargs) -> tuple[Progress, FakeClock, io.StringIO]:
+    """A job's progress on a fake clock, its log in memory and no terminal."""
+    clock, log = FakeClock(), io.StringIO()
+    return Progress(name, stream=log, terminal=None, clock=clock, **kwargs), clock, log
+
+
 def test_durations_read_as_people_say_them():
     assert [duration(s) for s in (0.04, 0.4, 2.46, 9.96, 12, 59.6, 125, 3725)] == [
         "0.0 s",
@@ -107,9 +113,7 @@ def test_the_eta_is_honest_from_the_first_estimate():
     items = _ceilings_on_a_new_machine()
     planned = [p for p, _ in items]
     actual = [a for _, a in items]
-    clock = FakeClock()
-    log = io.StringIO()
-    progress = Progress("ceilings", stream=log, terminal=None, clock=clock)
+    progress, clock, log = clocked("ceilings")
     progress.plan(planned)
     total = sum(actual)
     first = progress.left()
@@ -138,8 +142,7 @@ def test_the_eta_is_honest_from_the_first_estimate():
 def test_a_gemm_sweep_is_planned_from_its_timing_budgets():
     timing = TimingSettings(warmup_s=0.1, min_time_s=0.3, cooldown_s=0.0, rounds=1)
     assert planned_timing_s(timing) == pytest.approx(0.4)
-    clock = FakeClock()
-    progress = Progress("gemm weight_reuse", stream=io.StringIO(), terminal=None, clock=clock)
+    progress, clock, _ = clocked("gemm weight_reuse")
     progress.plan([planned_timing_s(timing)] * 44)
     for index in range(7):
         progress.start(f"fp32/nn/m{2**index}_n1024_k1024 cold", 0.4)
@@ -264,8 +267,7 @@ def test_a_workload_job_plans_its_builds_and_checks():
 def test_a_plan_short_throughout_is_corrected_not_capped_as_a_one_off():
     # The issue's sweep: 88 timings planned at 34 ms each that took 350 ms each. Only the
     # first overrun is taken as a one-off (a compile); the ones after it are the real rate.
-    clock = FakeClock()
-    progress = Progress("gemm a", stream=io.StringIO(), terminal=None, clock=clock)
+    progress, clock, _ = clocked("gemm a")
     progress.plan([0.034] * 88)
     for index in range(44):
         progress.start(f"item {index}", 0.034)
@@ -276,8 +278,7 @@ def test_a_plan_short_throughout_is_corrected_not_capped_as_a_one_off():
 
 
 def test_the_last_line_says_the_final_plan_and_the_first_estimate():
-    clock, log = FakeClock(), io.StringIO()
-    progress = Progress("gemm a", stream=log, terminal=None, clock=clock)
+    progress, clock, log = clocked("gemm a")
     progress.plan([1.0] * 4)
     for index in range(4):  # learnt once the first has begun: each item takes 3 s
         progress.start(f"item {index}", 1.0 if index == 0 else 3.0, 3.0 * (3 - index))
@@ -300,17 +301,14 @@ def test_work_of_unknown_cost_has_no_eta_until_two_items_are_done():
     assert eta.left() is None
     eta.finished(1.0, 0.5)
     assert eta.left() == pytest.approx(8 * 0.5)  # at the rate of the items after the first
-    clock = FakeClock()
-    progress = Progress("counters a", stream=io.StringIO(), terminal=None, clock=clock)
+    progress, _, _ = clocked("counters a")
     progress.plan([1.0] * 4, seconds_per_unit=None)
     progress.start("fp64/nn/m1_n16_k16 perf stat")
     assert progress.line() == "counters a: 1/4 fp64/nn/m1_n16_k16 perf stat"
 
 
 def test_the_log_gets_a_line_every_few_seconds():
-    clock = FakeClock()
-    log = io.StringIO()
-    progress = Progress("gemm a", every_s=3.0, stream=log, terminal=None, clock=clock)
+    progress, clock, log = clocked("gemm a", every_s=3.0)
     progress.plan([1.0] * 10)
     for index in range(10):
         progress.start(f"c{index}", 1.0)
@@ -355,15 +353,13 @@ def test_the_terminal_line_is_rewritten_in_place_and_throttled():
         assert waits.show("the first line of a job")
         written = _read_all(controller).decode()
     os.close(controller)
-    assert (
-        written
-        == (
-            "\rgemm a: 1/4 warm\x1b[K"
-            "\rgemm a: 2/4 cold, " + "x" * 20 + "…\x1b[K"
-            "\rgemm a: done\x1b[K\r\n"  # the terminal turns the last \n into \r\n
-            "\rthe first line of a job\x1b[K"
-        )
+    expected = (
+        "\rgemm a: 1/4 warm\x1b[K"
+        "\rgemm a: 2/4 cold, " + "x" * 20 + "…\x1b[K"
+        "\rgemm a: done\x1b[K\r\n"  # the terminal turns the last \n into \r\n
+        "\rthe first line of a job\x1b[K"
     )
+    assert written == expected
 
 
 CHILD = textwrap.dedent(
@@ -502,8 +498,7 @@ def test_a_failed_job_clears_its_line():
 def test_a_guessed_plan_shows_no_eta_until_every_case_is_sized():
     # a workload of a small case then one 16 times larger: the small one's time is no plan for
     # the large one, whose work is known once it is built
-    clock = FakeClock()
-    progress = Progress("workload relu", stream=io.StringIO(), terminal=None, clock=clock)
+    progress, clock, _ = clocked("workload relu")
     progress.plan([0.001] * 4, guessed=True)
     progress.start("n1M warm", 0.001)
     clock.advance(0.1)
@@ -517,8 +512,7 @@ def test_a_guessed_plan_shows_no_eta_until_every_case_is_sized():
 
 def test_cases_of_unknown_work_promise_nothing_until_one_is_timed():
     # a user's kernels: their work is known only once built, so the plan is of unknown cost
-    clock, log = FakeClock(), io.StringIO()
-    progress = Progress("workload chase", stream=log, terminal=None, clock=clock)
+    progress, clock, log = clocked("workload chase")
     progress.plan([0.001] * 4, guessed=True)
     progress.start("case 0 warm", 0.001)
     assert progress.line() == "workload chase: 1/4 case 0 warm"  # no ETA: nothing timed yet

@@ -1,5 +1,6 @@
 """The DuckDB store: real Parquet runs written by records.write_run, real DuckDB files."""
 
+import contextlib
 import json
 import shutil
 import signal
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import pytest
 from rooflab import store
 from rooflab.cli import main
 from rooflab.records import MEASURED_TABLES, POINT_VIEWS, TABLES
+from rooflab.roofline import build_analysis, build_points, write_analysis
 from rooflab.store import (
     QueryError,
     RunsSetAside,
@@ -91,8 +94,10 @@ def db(results, empty_store):
     return Path(shutil.copyfile(empty_store, results / "rooflab.duckdb"))
 
 
-def hold_store(db, *, read_only, seconds=30.0) -> subprocess.Popen:
-    """Another process with the store open, as a user's duckdb shell would have it."""
+@contextlib.contextmanager
+def hold_store(db, *, read_only, seconds=30.0) -> Iterator[subprocess.Popen]:
+    """Another process with the store open, as a user's duckdb shell would have it (killed on
+    leaving the block)."""
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -105,8 +110,25 @@ def hold_store(db, *, read_only, seconds=30.0) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert holder.stdout.readline().strip() == "locked"
-    return holder
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def fail_after_storing_samples(patch: pytest.MonkeyPatch) -> None:
+    """The store's writer fails (a full disk) right after it inserts a run's samples: its runs,
+    conditions and samples are in by then."""
+    real_insert = writer._Writer._insert
+
+    def insert_then_fail(self, name, table):
+        real_insert(self, name, table)
+        if name == "samples":
+            raise duckdb.IOException("disk full")
+
+    patch.setattr(writer._Writer, "_insert", insert_then_fail)
 
 
 # -- ingest ---------------------------------------------------------------------------------------
@@ -283,14 +305,7 @@ def test_a_run_folder_cannot_hold_a_table_of_a_reserved_or_odd_name(results, db,
 
 def test_a_failure_while_storing_a_run_rolls_all_of_it_back(results, db, monkeypatch):
     run_dir = gemm_run(results)
-    real_insert = writer._Writer._insert
-
-    def insert_then_fail_at_samples(self, name, table):
-        real_insert(self, name, table)
-        if name == "samples":  # runs, conditions and samples are in by now
-            raise duckdb.IOException("disk full")
-
-    monkeypatch.setattr(writer._Writer, "_insert", insert_then_fail_at_samples)
+    fail_after_storing_samples(monkeypatch)
     with pytest.raises(StoreError, match=r"samples\.parquet: cannot store it in table samples"):
         ingest(db, results)
     monkeypatch.undo()
@@ -350,17 +365,13 @@ def test_roofline_points_replace_the_points_of_the_runs_they_name(results, db):
 
 def test_a_locked_store_waits_then_says_what_to_do(results, db):
     ingest(db, results)
-    holder = hold_store(db, read_only=False)
-    try:
+    with hold_store(db, read_only=False) as holder:
         started = time.monotonic()
         with pytest.raises(StoreLocked) as caught:
             ingest(db, results, lock_timeout_s=1.0)
         assert time.monotonic() - started >= 1.0
         with pytest.raises(StoreLocked, match="open for writing in another process"):
             connect_read_only(db, lock_timeout_s=0.0)
-    finally:
-        holder.kill()
-        holder.wait()
     message = str(caught.value)
     assert f"{db} is locked by another process (PID {holder.pid}" in message
     assert "ingest waited 1 s" in message and "Close that session" in message
@@ -370,14 +381,10 @@ def test_a_locked_store_waits_then_says_what_to_do(results, db):
 
 def test_a_read_only_session_blocks_ingest_but_not_readers(results, db):
     ingest(db, results)
-    holder = hold_store(db, read_only=True)
-    try:
+    with hold_store(db, read_only=True) as holder:
         assert query(db, "SELECT count(*) AS n FROM runs").to_pylist() == [{"n": 0}]
         with pytest.raises(StoreLocked) as caught:
             ingest(db, results, lock_timeout_s=0.3)
-    finally:
-        holder.kill()
-        holder.wait()
     message = str(caught.value)
     assert f"{db} is open read-only in another process (PID {holder.pid}" in message
     assert "still blocks ingest while it stays open" in message and "rooflab query" in message
@@ -386,12 +393,8 @@ def test_a_read_only_session_blocks_ingest_but_not_readers(results, db):
 def test_ingest_goes_ahead_when_the_lock_is_released_in_time(results, db):
     run_dir = gemm_run(results)
     ingest(db, results)
-    holder = hold_store(db, read_only=False, seconds=0.5)
-    try:
+    with hold_store(db, read_only=False, seconds=0.5):
         assert ingest(db, results, lock_timeout_s=15.0).present_run_ids == [run_dir.name]
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.slow  # a real ingest killed part way
@@ -445,15 +448,8 @@ def test_rebuild_gives_the_same_rows_and_a_failed_rebuild_keeps_the_old_store(re
     assert sorted(report.added_run_ids) == sorted(d.name for d in run_dirs)
     assert (store_row_counts(db), rows(db, summary_sql), rows(db, "FROM roofline_points")) == before
     # A failure of the store itself (here: the disk) before the rename: the old store stays.
-    real_insert = writer._Writer._insert
-
-    def insert_then_fail(self, name, table):
-        real_insert(self, name, table)
-        if name == "samples":
-            raise duckdb.IOException("disk full")
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(writer._Writer, "_insert", insert_then_fail)
+        fail_after_storing_samples(patch)
         with pytest.raises(StoreError, match=r"samples\.parquet: .*disk full.*ingest stopped"):
             rebuild(db, results)
     assert store_row_counts(db) == before[0]
@@ -476,8 +472,6 @@ def test_rebuild_derives_every_kept_run_whatever_the_current_config(
 ):
     """Two campaigns with different sweeps, the second's roofline step (as before the fix) deriving
     only its own sweep: `rooflab store rebuild` gives back the Roofline points of both."""
-    from rooflab.roofline import build_analysis, write_analysis
-
     ceilings = ceilings_run(results)
     table = pq.read_table(ceilings / "ceilings.parquet")  # the sweeps' fp32 GEMMs need a roof
     fp32 = {**table.to_pylist()[-1], "name": "fp32_fma", "dtype": "fp32", "value": 400e9}
@@ -555,8 +549,6 @@ def test_installed_console_script_runs_a_query(results, db):
 
 
 def test_every_timed_point_without_a_roofline_point_is_named_with_why(results):
-    from rooflab.roofline import build_points
-
     beta = ceilings_run(results, machine_id="m-beta")  # fp64 only: no roof for fp32 GEMMs
     alpha_gemm = gemm_run(results, machine_id="m-alpha", started_at=T0 + timedelta(hours=1))
     beta_gemm = gemm_run(results, machine_id="m-beta", started_at=T0 + timedelta(hours=2))

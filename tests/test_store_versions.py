@@ -23,6 +23,7 @@ from rooflab.records import POINT_VIEWS, SCHEMA_VERSION, TABLES, write_run
 from rooflab.store import RunsSetAside, StoreError, ingest, query, rebuild
 from rooflab.store.connection import VERSION_TABLE, StoreTooNew
 from tests.conftest import UNJUDGED, run_rooflab
+from tests.store_runs import rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "store"
 FIXTURE = FIXTURES / "schema5.duckdb.gz"
@@ -50,8 +51,16 @@ def measured(tmp_path_factory) -> Path:
 
 
 def version_of(db: Path) -> int:
-    (row,) = query(db, f"SELECT schema_version FROM {VERSION_TABLE}").to_pylist()
+    (row,) = rows(db, f"SELECT schema_version FROM {VERSION_TABLE}")
     return row["schema_version"]
+
+
+def newer_refused(path: Path) -> str:
+    """What rooflab says of a store or run file one schema version past its own."""
+    return (
+        f"{path}: written by a newer rooflab (schema version {SCHEMA_VERSION + 1}; this rooflab "
+        f"reads versions up to {SCHEMA_VERSION}): upgrade rooflab to read it"
+    )
 
 
 def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest(
@@ -65,14 +74,14 @@ def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest
         old_points = raw.sql("SELECT * FROM gemm_points ORDER BY ALL").to_arrow_table()
     assert "gemm_points" in tables and "timed_points" not in tables and old_points.num_rows == 8
     # an older store opens for reading as it is
-    assert [r["run_id"] for r in query(db, "SELECT run_id FROM runs").to_pylist()] == [old_run[0]]
+    assert [r["run_id"] for r in rows(db, "SELECT run_id FROM runs")] == [old_run[0]]
     report = ingest(db, measured)
     assert len(report.added_run_ids) == 1
     assert version_of(db) == SCHEMA_VERSION
-    runs = query(db, "SELECT run_id, schema_version FROM runs ORDER BY run_id").to_pylist()
+    runs = rows(db, "SELECT run_id, schema_version FROM runs ORDER BY run_id")
     assert {r["run_id"] for r in runs} == {old_run[0], *report.added_run_ids}
     for name, schema in TABLES.items():  # every table has every column of this rooflab
-        have = {r["column_name"] for r in query(db, f"DESCRIBE {name}").to_pylist()}
+        have = {r["column_name"] for r in rows(db, f"DESCRIBE {name}")}
         assert set(schema.empty_table().column_names) <= have, name
     # 6: its GEMM points moved into timed_points (kind gemm); gemm_points is a view of them with
     # the same columns and values
@@ -80,9 +89,9 @@ def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest
     where = f"WHERE run_id = '{old_run[0]}' ORDER BY ALL"
     moved = query(db, f"SELECT {columns} FROM gemm_points {where}")
     assert moved.to_pylist() == old_points.to_pylist()
-    kinds = query(db, "SELECT kind, count(*) AS n FROM timed_points GROUP BY kind").to_pylist()
+    kinds = rows(db, "SELECT kind, count(*) AS n FROM timed_points GROUP BY kind")
     assert kinds == [{"kind": "gemm", "n": 8 + 1}]  # and the new run's one point
-    assert query(db, "SELECT count(*) AS n FROM workload_points").to_pylist() == [{"n": 0}]
+    assert rows(db, "SELECT count(*) AS n FROM workload_points") == [{"n": 0}]
     views = query(db, "SELECT view_name FROM duckdb_views() WHERE NOT internal").column(0)
     assert {"gemm_points", "workload_points"} <= set(views.to_pylist())
 
@@ -90,11 +99,11 @@ def test_a_store_of_schema_5_opens_then_is_brought_up_to_date_by_its_next_ingest
 def test_a_store_of_schema_6_takes_new_runs_without_a_migration_step(tmp_path, measured):
     db = old_store(tmp_path, FIXTURES / "schema6.duckdb.gz")
     assert version_of(db) == 6
-    before = query(db, "SELECT * FROM gemm_points ORDER BY ALL").to_pylist()
+    before = rows(db, "SELECT * FROM gemm_points ORDER BY ALL")
     assert len(before) == 8
     report = ingest(db, measured)
     assert len(report.added_run_ids) == 1 and version_of(db) == SCHEMA_VERSION
-    after = query(db, "SELECT * FROM gemm_points ORDER BY ALL").to_pylist()
+    after = rows(db, "SELECT * FROM gemm_points ORDER BY ALL")
     kept = [row for row in after if row["run_id"] not in report.added_run_ids]
     # its rows as they were, in the columns they had; a column added since is null in them
     assert [{column: row[column] for column in before[0]} for row in kept] == before
@@ -119,9 +128,9 @@ def test_a_view_is_made_anew_where_its_sql_is_not_this_rooflabs_and_only_there(
     changed = dict(views_module.VIEWS_SQL, run_summary="SELECT 2 AS changed")
     monkeypatch.setattr(views_module, "VIEWS_SQL", changed)
     ingest(db, measured)
-    assert query(db, "SELECT * FROM run_summary").to_pylist() == [{"changed": 2}]
+    assert rows(db, "SELECT * FROM run_summary") == [{"changed": 2}]
     assert "old" not in query(db, "SELECT * FROM latest_ceilings").column_names
-    assert query(db, "SELECT * FROM imported_top_operators").to_pylist() == [{"kept": 3}]
+    assert rows(db, "SELECT * FROM imported_top_operators") == [{"kept": 3}]
 
 
 def test_a_run_folder_written_before_schema_6_is_read_into_timed_points(tmp_path, measured):
@@ -137,7 +146,7 @@ def test_a_run_folder_written_before_schema_6_is_read_into_timed_points(tmp_path
     for store in (ingest, rebuild):
         db = tmp_path / f"{store.__name__}.duckdb"
         store(db, results)
-        stored = query(db, "SELECT * FROM timed_points").to_pylist()
+        stored = rows(db, "SELECT * FROM timed_points")
         assert [row["kind"] for row in stored] == ["gemm"]
         assert {c: stored[0][c] for c in gemm_columns} == points.select(gemm_columns).to_pylist()[0]
 
@@ -184,10 +193,7 @@ def test_a_store_of_a_newer_rooflab_is_refused_in_one_line_and_left_as_it_is(tmp
     with duckdb.connect(str(db)) as raw:
         raw.execute(f"UPDATE {VERSION_TABLE} SET schema_version = {SCHEMA_VERSION + 1}")
     before = db.read_bytes()
-    says = (
-        f"{db}: written by a newer rooflab (schema version {SCHEMA_VERSION + 1}; this rooflab "
-        f"reads versions up to {SCHEMA_VERSION}): upgrade rooflab to read it"
-    )
+    says = newer_refused(db)
     for call in (lambda: query(db, "SELECT 1"), lambda: ingest(db, measured)):
         with pytest.raises(StoreTooNew) as refused:
             call()
@@ -212,10 +218,5 @@ def test_a_run_folder_of_a_newer_rooflab_is_set_aside_naming_its_version(tmp_pat
         ingest(tmp_path / "store.duckdb", results)
     ((run_id, reason),) = set_aside.value.report.bad_runs
     assert run_id == runs_file.parent.name
-    assert reason == (
-        f"{runs_file}: written by a newer rooflab (schema version {SCHEMA_VERSION + 1}; this "
-        f"rooflab reads versions up to {SCHEMA_VERSION}): upgrade rooflab to read it"
-    )
-    assert query(tmp_path / "store.duckdb", "SELECT count(*) AS n FROM runs").to_pylist() == [
-        {"n": 0}
-    ]
+    assert reason == newer_refused(runs_file)
+    assert rows(tmp_path / "store.duckdb", "SELECT count(*) AS n FROM runs") == [{"n": 0}]
