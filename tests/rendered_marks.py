@@ -55,6 +55,8 @@ def text_size(text: str, font_size: float, bold: bool) -> tuple[float, float]:
     a chart of that text alone, padded to fit it, is as wide as the text (to the pixel)."""
     import vl_convert as vlc
 
+    enter = {"x": 0, "y": 0, "text": text, "fontSize": font_size, "font": "sans-serif"}
+    enter |= {"fontWeight": "bold" if bold else "normal", "align": "left", "baseline": "middle"}
     spec = {
         "$schema": "https://vega.github.io/schema/vega/v5.json",
         "width": 0,
@@ -62,21 +64,7 @@ def text_size(text: str, font_size: float, bold: bool) -> tuple[float, float]:
         "padding": 0,
         "autosize": {"type": "pad"},
         "marks": [
-            {
-                "type": "text",
-                "encode": {
-                    "enter": {
-                        "x": {"value": 0},
-                        "y": {"value": 0},
-                        "text": {"value": text},
-                        "fontSize": {"value": font_size},
-                        "fontWeight": {"value": "bold" if bold else "normal"},
-                        "align": {"value": "left"},
-                        "baseline": {"value": "middle"},
-                        "font": {"value": "sans-serif"},
-                    }
-                },
-            }
+            {"type": "text", "encode": {"enter": {k: {"value": v} for k, v in enter.items()}}}
         ],
     }
     scene = vlc.vega_to_scenegraph(spec)

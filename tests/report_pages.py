@@ -1,16 +1,19 @@
-"""Helpers for the report tests: building a store the way the workflow does (`rooflab_ok`),
-reading Vega-Lite specs (`layers_of`, roof-label crossings and overlaps, datasheet rows), rendering
-the page in headless chromium and reading its SVG (`render_in_browser`, `chart_svg`, `svg_texts`,
-`axis_labels`), copying real runs under new run ids (`copy_run`, `NODE_B`), a constructed CPU's
-roofs and points (`CPU_ROOFS`, `cpu_ceilings`, `cpu_points`), rows inserted into a constructed store
-(`insert_rows`) and the page's tables of one class (`tables_of`). Used by test_report,
-test_report_glance, test_report_hostile, test_report_workloads, test_report_history,
+"""Helpers for the report tests: building a store the way the workflow does (`rooflab_ok`,
+`store_of`),
+reading Vega-Lite specs (`layers_of`, `channel_of`, `spec_rows`, roof-label crossings and overlaps,
+datasheet rows), rendering the page in headless chromium and reading its SVG (`render_in_browser`,
+`chart_svg`, `svg_texts`, `axis_labels`), copying real runs under new run ids (`copy_run`,
+`scale_times`, `NODE_B`), roofs as ceiling_summary gives them (`ceilings_of`), a constructed CPU's
+roofs and points (`CPU_ROOFS`, `cpu_ceilings`, `cpu_points`), an empty store and rows inserted into
+it (`empty_store`, `insert_rows`) and the page's tables of one class (`tables_of`). Used by
+test_report, test_report_glance, test_report_hostile, test_report_workloads, test_report_history,
 test_report_scale and test_unplaced_points; not a test module, so pytest collects nothing here.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 import shutil
 import subprocess
@@ -21,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from rooflab.records import new_run_id, read_run, write_run
+from rooflab.roofline import write_analysis
+from rooflab.store import ingest
 from tests.conftest import run_rooflab
 
 CHROMIUM = shutil.which("chromium") or (
@@ -34,6 +39,15 @@ NO_CHROMIUM = "chromium is not installed (apt-get install chromium)"
 def rooflab_ok(*args: str, cwd: Path) -> None:
     result = run_rooflab(*args, cwd=cwd)
     assert result.returncode == 0, result.stderr
+
+
+def store_of(results: Path, analysis) -> Path:
+    """The roofline step's tables written beside the runs, and all of it ingested (as the
+    workflow's roofline and ingest steps do): the store."""
+    write_analysis(analysis, results / "roofline")
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    return db
 
 
 # -- chart specs -----------------------------------------------------------------------------------
@@ -51,13 +65,22 @@ def layers_of(spec: dict) -> list[dict]:
     return out
 
 
+def channel_of(spec: dict, name: str) -> list[dict]:
+    """The encodings of channel `name` ("x", "color") in every layer that has one."""
+    return [la["encoding"][name] for la in layers_of(spec) if name in la.get("encoding", {})]
+
+
+def spec_rows(spec: dict, field: str | None = None) -> list[dict]:
+    """Every row of a spec's datasets, or those that have `field`."""
+    datasets = spec.get("datasets", {}).values()
+    return [row for rows in datasets for row in rows if field is None or field in row]
+
+
 def _label_boxes(spec: dict, char_px: float = 6.2) -> list[tuple[str, object]]:
     """Each label of a Roofline spec (a roof's, or a point's name): (text, `inside(points)`, the
     chart's pixel mapping, points inside its box) for its text box on the chart's pixels:
     `char_px` per character, 11 px high, placed by its text mark's align, dx, dy and angle (Vega
     turns the text about its anchor, then offsets it by dx and dy)."""
-    import math
-
     layers = layers_of(spec)
     (x0, x1), (y0, y1) = (
         next(la["encoding"][c]["scale"]["domain"] for la in layers if "scale" in la["encoding"][c])
@@ -141,8 +164,6 @@ def label_overlaps(spec: dict) -> list[tuple[str, str]]:
 
 def datasheet_of(device_name: str):
     """The rows latest_datasheet_roofs gives a machine whose device is `device_name`."""
-    import pandas as pd
-
     from rooflab.devices import matching_preset
     from rooflab.roofline.analysis import datasheet_rows
 
@@ -181,21 +202,18 @@ def render_in_browser(report, tmp_path) -> str:
     assert 'data-rendered="true"' in html, "vegaEmbed did not finish"
     assert re.search(r'<pre id="report-errors">\s*</pre>', html), "the page recorded errors"
     for name in report.charts:
-        match = re.search(
-            rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"(.*?)</div>", html, re.S
-        )
-        assert match, name
-        inner = html[match.start() :]
-        svg = re.search(r"<svg.*?</svg>", inner, re.S)
-        assert svg and svg.group(0).count("<path") + svg.group(0).count("<text") > 10, name
+        svg = chart_svg(html, name)
+        assert svg.count("<path") + svg.count("<text") > 10, name
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return html
 
 
 def chart_svg(dom: str, name: str) -> str:
     """The SVG vega-embed drew for chart `name` in the rendered page."""
-    start = re.search(rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"", dom).start()
-    return re.search(r"<svg.*?</svg>", dom[start:], re.S).group(0)
+    chart = re.search(rf"<div class=\"vega-chart[^\"]*\" id=\"chart-{name}\"", dom)
+    svg = chart and re.search(r"<svg.*?</svg>", dom[chart.start() :], re.S)
+    assert svg, f"no SVG drawn for chart {name}"
+    return svg.group(0)
 
 
 def svg_texts(svg: str) -> list[str]:
@@ -245,6 +263,19 @@ def copy_run(run_dir: Path, out_dir: Path, started_at, *, runs=None, edit=None) 
     return run_id
 
 
+def scale_times(tables, factor: float, config_ids=None) -> None:
+    """Every time of these configurations (of all, where None) `factor` times as long in a run's
+    tables: its timed points' quantiles and its samples; a ceiling's rate divided by it."""
+    for row in tables.get("timed_points", []) + tables.get("samples", []):
+        if config_ids is None or row["config_id"] in config_ids:
+            for key in ("median_s", "p25_s", "p75_s", "min_s", "seconds"):
+                if row.get(key) is not None:
+                    row[key] *= factor
+    for row in tables.get("ceilings", []):
+        if config_ids is None or row["config_id"] in config_ids:
+            row["value"] /= factor
+
+
 # -- the Roofline: a CPU whose L2 and L3 roofs are 17 % apart (the user's machine) -----------------
 
 CPU_ROOFS = {
@@ -259,13 +290,13 @@ CPU_ROOFS = {
 }
 
 
+def ceilings_of(*roofs: tuple) -> pd.DataFrame:
+    """Roofs given as (kind, name, kernel, value), as ceiling_summary gives them."""
+    return pd.DataFrame(roofs, columns=["kind", "name", "kernel", "value"])
+
+
 def cpu_ceilings() -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {"kind": kind, "name": name, "kernel": kernel, "value": value}
-            for (kind, name, kernel), value in CPU_ROOFS.items()
-        ]
-    )
+    return ceilings_of(*((*roof, value) for roof, value in CPU_ROOFS.items()))
 
 
 def cpu_points(above: bool = True) -> pd.DataFrame:
@@ -310,6 +341,15 @@ def cpu_points(above: bool = True) -> pd.DataFrame:
 
 
 # -- a constructed store and the page's tables -----------------------------------------------------
+
+
+def empty_store(folder: Path) -> Path:
+    """A store of every table and view and no row (`folder`/results/rooflab.duckdb)."""
+    results = folder / "results"
+    results.mkdir()
+    db = results / "rooflab.duckdb"
+    ingest(db, results)
+    return db
 
 
 def insert_rows(connection, table: str, rows: list[dict]) -> None:

@@ -46,7 +46,16 @@ KERNEL = textwrap.dedent(
 
 
 @pytest.mark.parametrize(
-    ("factor", "verdict"), [(1.0, "same"), (1.2, "slower"), (1 / 1.2, "faster"), (1.02, "same")]
+    ("factor", "verdict"),
+    [
+        pytest.param(1.0, "same", id="narrow-around-1"),
+        pytest.param(1.2, "slower", id="wholly-above-the-effect"),
+        pytest.param(1 / 1.2, "faster", id="wholly-below-the-effect"),
+        pytest.param(1.02, "same", id="significant-under-the-effect"),
+        # on one side of 1, straddling the effect: not placed beyond it, and not inconclusive
+        pytest.param(1.05, "same", id="straddling-the-effect-above"),
+        pytest.param(1 / 1.05, "same", id="straddling-the-effect-below"),
+    ],
 )
 def test_the_verdict_needs_the_whole_interval_beyond_the_minimum_effect(factor, verdict):
     rng = np.random.default_rng(7)  # lognormal noise of 3 %, as a quiet machine's samples
@@ -54,10 +63,15 @@ def test_the_verdict_needs_the_whole_interval_beyond_the_minimum_effect(factor, 
     cand = rng.lognormal(np.log(1e-3 * factor), 0.03, 400)
     compared = compare_samples(base, cand)
     assert compared.verdict == verdict and compared.method == "samples"
+    assert compared.note is None  # only an interval holding no change and the effect has one
     assert compared.ci_low <= compared.ratio <= compared.ci_high
     assert compared.ratio == pytest.approx(factor, rel=0.02)
     if factor == 1.02:  # significant, yet under the 5 % minimum effect
         assert compared.p_value < 0.05
+    if factor in (1.05, 1 / 1.05):  # the case: the interval excludes 1 and holds the effect
+        assert not compared.ci_low <= 1 <= compared.ci_high
+        edges = (1 + compared.effect, 1 / (1 + compared.effect))
+        assert any(compared.ci_low < edge < compared.ci_high for edge in edges)
 
 
 def _two_modes(rng, fast: int, slow: int) -> np.ndarray:
@@ -79,28 +93,6 @@ def test_an_interval_holding_both_no_change_and_the_effect_is_inconclusive():
         f"interval {wide.ci_low:.4g}-{wide.ci_high:.4g} holds both no change (1) and the effect "
         "(1.05): the samples cannot tell whether it changed"
     )
-
-
-@pytest.mark.parametrize(
-    ("factor", "verdict"),
-    [
-        (1.0, "same"),  # narrow, around 1: within 1/1.05..1.05
-        (1.2, "slower"),  # wholly above 1.05
-        (1 / 1.2, "faster"),
-        (1.05, "same"),  # on one side of 1, straddling the effect: not placed beyond it
-        (1 / 1.05, "same"),
-    ],
-)
-def test_only_an_interval_holding_no_change_and_the_effect_is_inconclusive(factor, verdict):
-    rng = np.random.default_rng(7)
-    base = rng.lognormal(np.log(1e-3), 0.03, 400)
-    compared = compare_samples(base, rng.lognormal(np.log(1e-3 * factor), 0.03, 400))
-    assert compared.verdict == verdict
-    assert compared.note is None
-    if factor in (1.05, 1 / 1.05):  # the case: the interval excludes 1 and holds the effect
-        assert not compared.ci_low <= 1 <= compared.ci_high
-        edges = (1 + compared.effect, 1 / (1 + compared.effect))
-        assert any(compared.ci_low < edge < compared.ci_high for edge in edges)
 
 
 def test_too_few_samples_or_only_summaries():

@@ -9,7 +9,9 @@ DOM.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import html
 import json
 import math
 import re
@@ -17,21 +19,26 @@ import shutil
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rooflab.cli import main
 from rooflab.experiments.ceiling_plan import QUICK
 from rooflab.records import read_run, write_run
 from rooflab.report import build_report
-from rooflab.roofline import build_analysis, write_analysis
+from rooflab.report.roofline_chart import roofline_chart
+from rooflab.roofline import build_analysis
 from rooflab.store import ingest, query
 from rooflab.units import format_quantity
+from tests import constructed_counters as constructed
 from tests.conftest import clean_round, used_windows
 from tests.report_pages import (
     CHROMIUM,
     NO_CHROMIUM,
     NODE_B,
     axis_labels,
+    ceilings_of,
+    channel_of,
     chart_svg,
     copy_run,
     datasheet_of,
@@ -40,6 +47,9 @@ from tests.report_pages import (
     layers_of,
     render_in_browser,
     rooflab_ok,
+    scale_times,
+    spec_rows,
+    store_of,
     svg_texts,
 )
 
@@ -70,41 +80,16 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
     results = root / "results"
     _, ceilings_run = quick_ceilings_run
     shutil.copytree(ceilings_run, results / "ceilings" / "runs" / ceilings_run.name)
-    rooflab_ok(
-        "measure",
-        "gemm",
-        "--config",
-        "tiny.yaml",
-        "--sweep",
-        "tiny",
-        "--out",
-        "results/sweeps/tiny/runs",
-        cwd=root,
-    )
+    sweep = ("--config", "tiny.yaml", "--sweep", "tiny")
+    rooflab_ok("measure", "gemm", *sweep, "--out", "results/sweeps/tiny/runs", cwd=root)
     (timing_run,) = sorted((results / "sweeps" / "tiny" / "runs").iterdir())
-    rooflab_ok(
-        "measure",
-        "counters",
-        "--config",
-        "tiny.yaml",
-        "--sweep",
-        "tiny",
-        "--timing",
-        str(timing_run),
-        "--out",
-        "results/counters/tiny/runs",
-        cwd=root,
-    )
+    counters_out = ("--out", "results/counters/tiny/runs")
+    rooflab_ok("measure", "counters", *sweep, "--timing", str(timing_run), *counters_out, cwd=root)
     analysis = build_analysis(
-        sorted((results / "ceilings" / "runs").iterdir()),
-        sorted((results / "sweeps" / "tiny" / "runs").iterdir()),
-        stages=ARTICLE_STAGES,
+        sorted((results / "ceilings" / "runs").iterdir()), [timing_run], stages=ARTICLE_STAGES
     )
     assert analysis.points.model, "the tiny sweep gave no Roofline points"
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
-    return db
+    return store_of(results, analysis)
 
 
 ARTICLE_STAGES = {
@@ -122,12 +107,6 @@ ARTICLE_STAGES = {
 @pytest.fixture(scope="module")
 def built(store, tmp_path_factory):
     return build_report(store, tmp_path_factory.mktemp("report") / "report")
-
-
-def _channel(spec: dict, name: str) -> list[dict]:
-    return [
-        layer["encoding"][name] for layer in layers_of(spec) if name in layer.get("encoding", {})
-    ]
 
 
 EXPECTED_CHARTS = [
@@ -156,7 +135,7 @@ def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
     marks = [layer["mark"]["type"] for layer in layers]
     assert marks[0] == "line" and marks[-1] == "point" and "text" in marks
     for channel in ("x", "y"):
-        scales = [enc["scale"] for enc in _channel(spec, channel) if "scale" in enc]
+        scales = [enc["scale"] for enc in channel_of(spec, channel) if "scale" in enc]
         assert scales and all(s["type"] == "log" for s in scales), channel
     point = layers[-1]["encoding"]
     # colour: the roof a point is judged against; shape: its sweep; size: M; fill: cache state
@@ -183,11 +162,10 @@ def test_roofline_is_log_log_with_ceiling_lines_points_and_tooltips(built):
         "dtype",
         "compute_path",
     } <= tooltip_fields
-    rows = [row for rows in spec["datasets"].values() for row in rows if "clock_min_mhz" in row]
+    rows = spec_rows(spec, "clock_min_mhz")
     assert rows and all(row["clock_min_mhz"] > 100 for row in rows)  # measured, per point
     # every ceiling is labelled with its value and unit; library ceilings are dashed
-    datasets = spec["datasets"].values()
-    labels = {row["ceiling"] for rows in datasets for row in rows if "align" in row}
+    labels = {row["ceiling"] for row in spec_rows(spec, "align")}
     assert any(label.startswith("DRAM") and "GB/s" in label for label in labels)
     assert any(label.startswith("fp64_fma") and "GFLOP/s" in label for label in labels)
     assert any("fp32_blas" in label and "library" in label for label in labels)
@@ -206,8 +184,7 @@ def test_the_roofline_of_a_store_names_its_machine_and_no_roof_runs_through_a_la
     assert f"newest {gemm['run_id']}, " in spec["title"]["subtitle"][1]
     assert label_crossings(spec) == []
     # each point in the colour of the roof it is judged against, as the view says
-    rows = [r for rows in spec["datasets"].values() for r in rows if "achieved_flops_per_s" in r]
-    for row in rows:
+    for row in spec_rows(spec, "achieved_flops_per_s"):
         judged = row["level"] if row["limiter"] == "memory" else row["compute_path"]
         assert row["roof"].startswith(f"{judged} ")
         assert row["above_roof"] == (row["achieved_flops_per_s"] > row["attainable_flops_per_s"])
@@ -225,7 +202,7 @@ def test_every_quantitative_axis_title_has_a_unit_and_every_chart_has_tooltips(b
     for name, spec in built.specs.items():
         titled = 0
         for channel in ("x", "y"):
-            for enc in _channel(spec, channel):
+            for enc in channel_of(spec, channel):
                 if enc.get("type") in ("quantitative", "temporal") and "title" in enc:
                     titled += 1
                     assert re.search(r"\(.+\)", enc["title"]), f"{name}: {enc['title']!r}"
@@ -248,7 +225,7 @@ def test_time_axes_and_tooltips_carry_the_unit_with_its_prefix(built):
         fields = {t["field"] for t in tips}
         times = {f for f in fields if f == "seconds" or re.search(r"(?<!per)_s$", f)}
         assert not times, (name, times)
-        rows = [row for rows in spec.get("datasets", {}).values() for row in rows]
+        rows = spec_rows(spec)
         for field in (f for f in fields if f.endswith("_text")):
             values = [row[field] for row in rows if field in row]
             assert values and all(re.fullmatch(r"[\d.]+ (ns|μs|ms|s)", v) for v in values), field
@@ -258,7 +235,7 @@ def test_time_axes_and_tooltips_carry_the_unit_with_its_prefix(built):
 
 def test_sweep_weight_reuse_and_distribution_encodings(built):
     sweep = built.specs["ceiling_sweep"]
-    assert {e["scale"]["type"] for e in _channel(sweep, "x") if "scale" in e} == {"log"}
+    assert {e["scale"]["type"] for e in channel_of(sweep, "x") if "scale" in e} == {"log"}
     assert "rect" in [layer["mark"]["type"] for layer in layers_of(sweep)]  # plateaus shaded
     assert "rule" in [layer["mark"]["type"] for layer in layers_of(sweep)]  # cache capacities
     reuse = built.specs["reuse_time_tiny"]
@@ -267,7 +244,7 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
     assert line["mark"]["type"] == "line" and points["mark"]["type"] == "point"
     assert line["encoding"]["y"]["scale"]["type"] == "log"
     assert line["encoding"]["strokeDash"]["field"] == "source"
-    reuse_rows = [row for rows in reuse["datasets"].values() for row in rows]
+    reuse_rows = spec_rows(reuse)
     sources = {row["source"] for row in reuse_rows}
     assert sources == {"measured median", "model lower bound"}
     # each row's time is the whole GEMM's over M: the weights' cost spread over the rows
@@ -282,7 +259,7 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
         key = (r["series"], r["cache_state"], r["m"], r["source"])
         assert r["seconds"] == pytest.approx(whole[key] / r["m"])
     dist = built.specs["distributions"]
-    fields = {enc["field"] for enc in _channel(dist, "x")} | {
+    fields = {enc["field"] for enc in channel_of(dist, "x")} | {
         layer["encoding"]["x2"]["field"] for layer in layers_of(dist) if "x2" in layer["encoding"]
     }
     assert fields == {"min_s", "max_s", "p25_s", "p75_s", "median_s"}
@@ -292,8 +269,6 @@ def test_sweep_weight_reuse_and_distribution_encodings(built):
 
 
 def test_m_axis_labels_every_m_and_tilts_them_when_they_would_collide():
-    import pandas as pd
-
     from rooflab.report.sweep_charts import _m_x
 
     # the GPU weight-reuse sweep: 14 values of M up to 8192 in a 280 px panel
@@ -377,7 +352,7 @@ def test_ceiling_sweep_marks_each_cache_level_this_process_can_fill(built, store
     ).column("m")
     by_level = cache_bytes_by_level(json.loads(machine.as_py()))
     spec = built.specs["ceiling_sweep"]
-    rules = [r for rows in spec["datasets"].values() for r in rows if set(r) == {"x", "label"}]
+    rules = [r for r in spec_rows(spec) if set(r) == {"x", "label"}]
     measured = {r["label"].split()[0]: r["x"] for r in rules if r["label"].endswith(" measured")}
     reported = {r["label"].split()[0]: r["x"] for r in rules if "measured" not in r["label"]}
     assert rules and reported == by_level
@@ -397,8 +372,6 @@ def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, stor
     page = built.index.read_text()
     if summary["status"] != "unavailable":
         pytest.skip(f"this machine's perf counted events (status {summary['status']})")
-    import html
-
     reason = summary["unavailable_reason"]
     assert reason.startswith("perf: cycles, instructions, LLC-load-misses, LLC-loads")
     assert (
@@ -406,8 +379,8 @@ def test_summary_says_when_hardware_counters_are_unavailable_and_why(built, stor
         "points use model bytes (<code>q_source = model</code>).</p>"
     ) in page
     assert "hierarchical_roofline" not in built.charts
-    rows = [row for rows in built.specs["roofline"]["datasets"].values() for row in rows]
-    assert {row["q_source"] for row in rows if "achieved_flops_per_s" in row} == {"model"}
+    rows = spec_rows(built.specs["roofline"], "achieved_flops_per_s")
+    assert {row["q_source"] for row in rows} == {"model"}
 
 
 def test_the_vega_bundle_is_built_once_and_kept_whole_in_the_users_cache(tmp_path, monkeypatch):
@@ -462,9 +435,9 @@ def test_a_store_of_ceilings_only_gets_its_roofs_and_sweep(quick_ceilings_run, t
     report = build_report(results / "rooflab.duckdb", tmp_path / "report", images=False)
     assert report.charts[:2] == ["roofline", "ceiling_sweep"]
     assert not [name for name in report.charts if name.startswith("reuse_")]
-    rows = [row for rows in report.specs["roofline"]["datasets"].values() for row in rows]
-    assert {row["kind"] for row in rows if "kind" in row} == {"bandwidth", "compute"}
-    assert not [row for row in rows if "achieved_flops_per_s" in row]
+    spec = report.specs["roofline"]
+    assert {row["kind"] for row in spec_rows(spec, "kind")} == {"bandwidth", "compute"}
+    assert not spec_rows(spec, "achieved_flops_per_s")
     assert "No Roofline points on this machine yet." in report.index.read_text()
 
 
@@ -501,8 +474,7 @@ def test_a_beaten_roof_and_each_instruction_path_are_shown(quick_ceilings_run, t
     assert f"<td>{isa}, {by_name['fp64_fma']['vector_bits']}-bit</td>" in fma_row
     assert "roof beaten: fp64_blas" in fma_row
     assert "roof beaten" not in re.search(r"<tr><td>fp32_fma</td>.*?</tr>", page).group(0)
-    legend = {row["ceiling"] for data in report.specs["roofline"]["datasets"].values()
-              for row in data if "ceiling" in row}  # fmt: skip
+    legend = {row["ceiling"] for row in spec_rows(report.specs["roofline"], "ceiling")}
     assert any(text.startswith(f"fp64_fma [{isa}] ") for text in legend), legend
     for name in (n for n in by_name if n.startswith("fp64_fma_")):  # narrower paths
         assert any(text.startswith(f"{name} ") for text in legend), legend
@@ -518,16 +490,11 @@ def test_cli_report_and_a_missing_store(store, tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
-def test_every_chart_renders_in_a_real_browser_without_errors(built, tmp_path):
-    render_in_browser(built, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_the_charts_read_at_a_glance_in_a_real_browser(built, store, tmp_path):
-    """Issue 27, as drawn: the Roofline names its machine and runs and legends its roofs; the
-    ceiling sweep's sizes are binary; the clock axis starts at zero; each sweep's charts are
-    headed by its name; the stage bounds say whether their dashed lines are two."""
+    """Every chart renders without an error (render_in_browser), and issue 27 as drawn: the
+    Roofline names its machine and runs and legends its roofs; the ceiling sweep's sizes are
+    binary; the clock axis starts at zero; each sweep's charts are headed by its name; the stage
+    bounds say whether their dashed lines are two."""
     dom = render_in_browser(built, tmp_path)
     (run,) = query(store, "SELECT host, device_name FROM runs WHERE kind = 'ceilings'").to_pylist()
     roofline = svg_texts(chart_svg(dom, "roofline"))
@@ -550,7 +517,6 @@ def test_the_charts_read_at_a_glance_in_a_real_browser(built, store, tmp_path):
 
 def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
     from rooflab.model import Stage, stage_bounds
-    from rooflab.store import query
 
     spec = built.specs["stages_two"]
     (bars,) = [layer for layer in layers_of(spec) if "x2" in layer["encoding"]]
@@ -583,37 +549,15 @@ def test_stage_bounds_chart_uses_the_measured_ceilings(built, store):
 
 
 def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():
-    import pandas as pd
-
-    from rooflab.report.roofline_chart import roofline_chart
-
     bandwidths = {"L1": 300e9, "L2": 170e9, "DRAM": 25e9}
     peaks = {"fp32_fma": 180e9, "fp64_fma": 90e9, "fp32_blas": 140e9}
-    ceilings = pd.DataFrame(
-        [
-            {"kind": "bandwidth", "name": n, "kernel": "read", "value": v}
-            for n, v in bandwidths.items()
-        ]
-        + [
-            {
-                "kind": "compute",
-                "name": n,
-                "kernel": "matmul" if "blas" in n else "fma_chains",
-                "value": v,
-            }
-            for n, v in peaks.items()
-        ]
+    ceilings = ceilings_of(
+        *(("bandwidth", n, "read", v) for n, v in bandwidths.items()),
+        *(("compute", n, "matmul" if "blas" in n else "fma_chains", v) for n, v in peaks.items()),
     )
     points = pd.DataFrame(
-        [
-            {"dtype": "fp32", "cache_state": "cold", "intensity": 0.5, "achieved_flops_per_s": 9e9},
-            {
-                "dtype": "fp64",
-                "cache_state": "warm",
-                "intensity": 60.0,
-                "achieved_flops_per_s": 80e9,
-            },
-        ]
+        [("fp32", "cold", 0.5, 9e9), ("fp64", "warm", 60.0, 80e9)],
+        columns=["dtype", "cache_state", "intensity", "achieved_flops_per_s"],
     )
     spec = roofline_chart(ceilings, points).to_dict()
     layers = spec["layer"]
@@ -623,19 +567,13 @@ def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():
     lines = spec["datasets"][layers[0]["data"]["name"]]
     top, fastest = max(peaks.values()), max(bandwidths.values())
     for level, bw in bandwidths.items():  # from the left edge up to the highest compute roof
-        ends = sorted(r["x"] for r in lines if r["ceiling"].startswith(f"{level} "))
-        assert ends == [pytest.approx(x_domain[0]), pytest.approx(top / bw)]
-        assert all(
-            r["y"] == pytest.approx(bw * r["x"])
-            for r in lines
-            if r["ceiling"].startswith(f"{level} ")
-        )
+        roof = [r for r in lines if r["ceiling"].startswith(f"{level} ")]
+        assert sorted(r["x"] for r in roof) == [pytest.approx(x_domain[0]), pytest.approx(top / bw)]
+        assert all(r["y"] == pytest.approx(bw * r["x"]) for r in roof)
     for path, peak in peaks.items():  # flat, from where it meets the fastest level to the edge
         roof = [r for r in lines if r["ceiling"].startswith(f"{path} ")]
-        assert sorted(r["x"] for r in roof) == [
-            pytest.approx(peak / fastest),
-            pytest.approx(x_domain[1]),
-        ]
+        ends = sorted(r["x"] for r in roof)
+        assert ends == [pytest.approx(peak / fastest), pytest.approx(x_domain[1])]
         assert {r["y"] for r in roof} == {peak}
         assert {r["library"] for r in roof} == {"blas" in path}
     drawn = lines + spec["datasets"][point_layer["data"]["name"]]
@@ -646,23 +584,17 @@ def test_roofs_meet_at_their_ridges_and_every_point_is_inside_the_axes():
 
 
 def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
-    import pandas as pd
-
     from rooflab.devices import matching_preset
-    from rooflab.report.roofline_chart import roofline_chart
 
     assert matching_preset("AMD EPYC") is None
     preset = datasheet_of("NVIDIA H200")
     assert set(preset.preset) == {"h200-sxm"}
-    ceilings = pd.DataFrame(
-        [
-            {"kind": "compute", "name": "bf16_tensor", "kernel": "matmul", "value": 700e12},
-            {"kind": "bandwidth", "name": "HBM", "kernel": "triad", "value": 4.0e12},
-        ]
+    ceilings = ceilings_of(
+        ("compute", "bf16_tensor", "matmul", 700e12), ("bandwidth", "HBM", "triad", 4.0e12)
     )
     points = pd.DataFrame([{"dtype": "bf16", "intensity": 100.0, "achieved_flops_per_s": 300e12}])
     spec = roofline_chart(ceilings, points, preset).to_dict()
-    datasets = [row for rows in spec["datasets"].values() for row in rows]
+    datasets = spec_rows(spec)
     datasheet = {row["ceiling"] for row in datasets if "datasheet" in str(row.get("ceiling"))}
     assert datasheet == {
         "bf16 989.4 TFLOP/s (datasheet NVIDIA H200 SXM 141GB)",
@@ -688,33 +620,19 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
 
 
 def test_close_roofs_get_their_labels_apart_and_equal_datasheet_roofs_share_one():
-    import pandas as pd
-
-    from rooflab.report.roofline_chart import roofline_chart
-
     # the H200's measured tensor roofs (2026-11-30): bf16 and fp16 7% apart, fp64 and fp32 9%
-    ceilings = pd.DataFrame(
-        [
-            {"kind": "compute", "name": name, "kernel": "matmul", "value": value}
-            for name, value in (
-                ("bf16_tensor", 723e12),
-                ("fp16_tensor", 677e12),
-                ("fp64_tensor", 56.9e12),
-                ("fp32_cublas", 51.3e12),
-            )
-        ]
-        + [{"kind": "bandwidth", "name": "HBM", "kernel": "read", "value": 4.47e12}]
+    ceilings = ceilings_of(
+        ("compute", "bf16_tensor", "matmul", 723e12),
+        ("compute", "fp16_tensor", "matmul", 677e12),
+        ("compute", "fp64_tensor", "matmul", 56.9e12),
+        ("compute", "fp32_cublas", "matmul", 51.3e12),
+        ("bandwidth", "HBM", "read", 4.47e12),
     )
     points = pd.DataFrame(
         [{"dtype": d, "intensity": 100.0, "achieved_flops_per_s": 300e12} for d in ("bf16", "fp16")]
     )
     spec = roofline_chart(ceilings, points, datasheet_of("NVIDIA H200")).to_dict()
-    labels = {
-        row["ceiling"]: row["dy"]
-        for rows in spec["datasets"].values()
-        for row in rows
-        if "dy" in row
-    }
+    labels = {row["ceiling"]: row["dy"] for row in spec_rows(spec, "dy")}
     # 2 px apart, and a slanted roof through the space by each one's start: no roof runs
     # through a label, and no label covers another
     assert label_crossings(spec) == []
@@ -784,14 +702,6 @@ def test_a_given_axis_keeps_every_roof_on_it():
 HISTORY_RUNS, LONG_HISTORY_RUNS = 12, 200
 
 
-def _scale_config(tables, config_id: str, factor: float) -> None:
-    for row in tables.get("timed_points", []) + tables.get("samples", []):
-        if row["config_id"] == config_id:
-            for key in ("median_s", "p25_s", "p75_s", "seconds"):
-                if row.get(key) is not None:
-                    row[key] *= factor
-
-
 @pytest.fixture(scope="module")
 def history(store, tmp_path_factory):
     return _history(store, tmp_path_factory, HISTORY_RUNS)
@@ -803,57 +713,37 @@ def long_history(store, tmp_path_factory):
 
 
 def _history(store, tmp_path_factory, runs: int) -> dict:
-    import datetime as dt
-
     source = store.parent
     (ceilings_run,) = sorted((source / "ceilings" / "runs").iterdir())
     (gemm_run,) = sorted((source / "sweeps" / "tiny" / "runs").iterdir())
     configs = sorted({row["config_id"] for row in read_run(gemm_run)["timed_points"].to_pylist()})
     slower, faster, failing = configs[0], configs[-1], configs[len(configs) // 2]
     results = tmp_path_factory.mktemp("history") / "results"
-    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    copy_run(ceilings_run, results / "ceilings" / "runs", start)
-    for i in range(runs):
-        edit = None
-        if i == runs - 1:
+    ceilings, sweeps = results / "ceilings" / "runs", results / "sweeps" / "tiny" / "runs"
 
-            def edit(tables):
-                _scale_config(tables, slower, 2.0)
-                _scale_config(tables, faster, 0.5)
-                for row in tables["correctness"]:
-                    if row["config_id"] == failing:
-                        row["passed"] = False
-
-        copy_run(
-            gemm_run,
-            results / "sweeps" / "tiny" / "runs",
-            start + dt.timedelta(hours=i + 1),
-            edit=edit,
-        )
+    def newest(tables):  # the last copy: one configuration slower, one faster, one failed
+        scale_times(tables, 2.0, {slower})
+        scale_times(tables, 0.5, {faster})
+        for row in tables["correctness"]:
+            if row["config_id"] == failing:
+                row["passed"] = False
 
     def lower_ceilings(tables):
         for row in tables["ceilings"]:
             row["value"] /= 10_000
 
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    copy_run(ceilings_run, ceilings, start)
+    for i in range(runs):
+        edit = newest if i == runs - 1 else None
+        copy_run(gemm_run, sweeps, start + dt.timedelta(hours=i + 1), edit=edit)
     node_b = start + dt.timedelta(days=30)
-    copy_run(ceilings_run, results / "ceilings" / "runs", node_b, runs=NODE_B, edit=lower_ceilings)
-    copy_run(gemm_run, results / "sweeps" / "tiny" / "runs", node_b, runs=NODE_B)
+    copy_run(ceilings_run, ceilings, node_b, runs=NODE_B, edit=lower_ceilings)
+    copy_run(gemm_run, sweeps, node_b, runs=NODE_B)
 
-    analysis = build_analysis(
-        sorted((results / "ceilings" / "runs").iterdir()),
-        sorted((results / "sweeps" / "tiny" / "runs").iterdir()),
-    )
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
+    db = store_of(results, build_analysis(sorted(ceilings.iterdir()), sorted(sweeps.iterdir())))
     report = build_report(db, results.parent / "report", images=False)
-    return {
-        "db": db,
-        "report": report,
-        "slower": slower,
-        "faster": faster,
-        "failing": failing,
-    }
+    return {"db": db, "report": report, "slower": slower, "faster": faster, "failing": failing}
 
 
 def _machine_charts(report, host: str) -> list[str]:
@@ -875,7 +765,7 @@ def test_two_machines_get_their_own_sections_and_are_never_mixed(history, store)
 
     def roofline(names):
         (name,) = [n for n in names if n.endswith("__roofline")]
-        rows = [row for rows in report.specs[name]["datasets"].values() for row in rows]
+        rows = spec_rows(report.specs[name])
         # both ends of the DRAM roof: y = B·x, so y / x is B (to rounding)
         dram = [
             row["y"] / row["x"]
@@ -913,7 +803,7 @@ def test_change_chart_marks_moves_beyond_the_noise_band(history, store):
     report = history["report"]
     own_host = query(store, "SELECT DISTINCT host FROM runs").column("host")[0].as_py()
     (name,) = [n for n in _machine_charts(report, own_host) if n.endswith("__change")]
-    rows = [row for rows in report.specs[name]["datasets"].values() for row in rows]
+    rows = spec_rows(report.specs[name])
     verdict = {}
     for row in rows:
         config_id, _cache_state = row["label"].split(" · ")
@@ -936,7 +826,7 @@ def test_failed_configuration_is_listed_under_the_roofline_and_not_drawn(history
     report = history["report"]
     own_host = query(store, "SELECT DISTINCT host FROM runs").column("host")[0].as_py()
     (name,) = [n for n in _machine_charts(report, own_host) if n.endswith("__roofline")]
-    rows = [row for rows in report.specs[name]["datasets"].values() for row in rows]
+    rows = spec_rows(report.specs[name])
     drawn = {row["config_id"] for row in rows if "config_id" in row}
     assert history["failing"] not in drawn and history["slower"] in drawn
     page = report.index.read_text()
@@ -964,35 +854,23 @@ def test_report_of_hundreds_of_runs_and_two_machines_renders_in_a_browser(long_h
 
 @pytest.fixture(scope="module")
 def constructed_report(tmp_path_factory):
-    from tests import constructed_counters as constructed
-
     results = tmp_path_factory.mktemp("constructed") / "results"
     runs = constructed.write_campaign(results)
     analysis = build_analysis([runs["ceilings"]], [runs["gemm"]], [runs["counters"]])
-    points = analysis.points
-    assert points.counted and points.notes == []
-    counted = points.counted
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
-    return {
-        "db": db,
-        "report": build_report(db, results.parent / "report", images=False),
-        "points": counted,
-    }
+    assert analysis.points.counted and analysis.points.notes == []
+    db = store_of(results, analysis)
+    report = build_report(db, results.parent / "report", images=False)
+    return {"db": db, "report": report, "points": analysis.points.counted}
 
 
 def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(constructed_report):
-    from tests import constructed_counters as constructed
-
     report = constructed_report["report"]
     assert report.charts[:3] == ["roofline", "hierarchical_roofline", "model_vs_counted"]
     spec = report.specs["hierarchical_roofline"]
     for channel in ("x", "y"):
-        scales = [enc["scale"] for enc in _channel(spec, channel) if "scale" in enc]
+        scales = [enc["scale"] for enc in channel_of(spec, channel) if "scale" in enc]
         assert scales and all(s["type"] == "log" for s in scales), channel
-    rows = [row for rows in spec["datasets"].values() for row in rows]
-    drawn = [row for row in rows if "achieved_flops_per_s" in row]
+    drawn = spec_rows(spec, "achieved_flops_per_s")
     # one point per level per configuration and cache state, each at its own level's intensity
     assert len(drawn) == len(constructed_report["points"]) == 2 * 2 * 3
     assert {row["level"] for row in drawn} == {"HBM", "L2", "L1"}
@@ -1002,7 +880,7 @@ def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(co
         for m in constructed.MS
         for state in ("warm", "cold")
     }
-    roofs = {row["roof"] for row in rows if "roof" in row}
+    roofs = {row["roof"] for row in spec_rows(spec, "roof")}
     assert {"HBM 4 TB/s", "L2 10 TB/s", "L1 30 TB/s", "bf16_tensor 700 TFLOP/s"} <= roofs
     # every level's point is bounded by its own roof, L1 (the CUDA backend's l1_read) included
     for point in constructed_report["points"]:
@@ -1015,8 +893,8 @@ def test_constructed_counters_give_the_hierarchical_chart_and_the_bytes_table(co
     table = page.split("id='chart-model_vs_counted'", 1)[1].split("</section>", 1)[0]
     assert "<table" in table and "model over-counts" in table and "counted / model" in table
     # the model Roofline keeps its model points only
-    model_rows = [r for rs in report.specs["roofline"]["datasets"].values() for r in rs]
-    assert {r["q_source"] for r in model_rows if "achieved_flops_per_s" in r} == {"model"}
+    model_rows = spec_rows(report.specs["roofline"], "achieved_flops_per_s")
+    assert {r["q_source"] for r in model_rows} == {"model"}
     assert "constructed" in page  # the machine says what it is
 
 
@@ -1054,8 +932,6 @@ def _judged(rows: list[dict], disturbed=lambda row: False, reason=None) -> None:
 
 @pytest.fixture(scope="module")
 def disturbed_report(tmp_path_factory):
-    from tests import constructed_counters as constructed
-
     results = tmp_path_factory.mktemp("disturbed") / "results"
     runs = constructed.write_campaign(results)
     target = (constructed.config_id(64), "cold")
@@ -1086,27 +962,17 @@ def disturbed_report(tmp_path_factory):
 
     _edit_run(runs["ceilings"], ceilings)
     _edit_run(runs["gemm"], gemm)
-    write_analysis(build_analysis([runs["ceilings"]], [runs["gemm"]]), results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
-    return {
-        "db": db,
-        "report": build_report(db, results.parent / "report"),
-        "target": f"{target[0]} · {target[1]}",
-    }
-
-
-def _point_rows(spec: dict) -> list[dict]:
-    return [r for rows in spec["datasets"].values() for r in rows if "achieved_flops_per_s" in r]
+    db = store_of(results, build_analysis([runs["ceilings"]], [runs["gemm"]]))
+    report = build_report(db, results.parent / "report")
+    return {"db": db, "report": report, "target": " · ".join(target)}
 
 
 def test_roofline_rings_the_disturbed_point_and_its_tooltip_says_why(disturbed_report):
     from rooflab.report.disturbed_marks import DISTURBED_LABEL
-    from tests import constructed_counters as constructed
 
     report = disturbed_report["report"]
     spec = report.specs["roofline"]
-    rows = _point_rows(spec)
+    rows = spec_rows(spec, "achieved_flops_per_s")
     assert len(rows) == 4  # stored once, though two layers draw the disturbed one
     flagged = [(r["config_id"], r["cache_state"]) for r in rows if r["disturbed"]]
     assert flagged == [(constructed.config_id(64), "cold")]
@@ -1124,8 +990,6 @@ def test_roofline_rings_the_disturbed_point_and_its_tooltip_says_why(disturbed_r
 def test_summary_counts_disturbed_points_and_ceilings_and_quotes_the_busy_warning(
     disturbed_report,
 ):
-    import html
-
     page = disturbed_report["report"].index.read_text()
     assert "<b>1</b> disturbed (ringed on the Roofline); " in page
     assert "<b>1</b> of the 4 ceilings disturbed" in page
@@ -1148,7 +1012,7 @@ def test_distributions_leave_disturbed_samples_out_and_colour_disturbed_points(d
     for row in by_label.values():  # the 10x slower disturbed sample is not in the box
         assert (row["spread"], row["n"], row["n_left_out"]) == ("steady", 5, 1)
         assert row["max_s"] == pytest.approx(row["median_s"] * 1.02)
-    (color,) = {json.dumps(c, sort_keys=True) for c in _channel(spec, "color")}
+    (color,) = {json.dumps(c, sort_keys=True) for c in channel_of(spec, "color")}
     assert json.loads(color)["scale"]["domain"] == ["disturbed", "noisy", "steady"]
 
 
@@ -1158,7 +1022,7 @@ def test_a_store_of_runs_before_disturbance_counts_none_and_says_not_judged(cons
     report = constructed_report["report"]
     versions = query(constructed_report["db"], "SELECT DISTINCT schema_version FROM runs")
     assert versions.column(0).to_pylist() == [1]
-    rows = _point_rows(report.specs["roofline"])
+    rows = spec_rows(report.specs["roofline"], "achieved_flops_per_s")
     assert rows and not any(r["disturbed"] for r in rows)
     assert {r["disturbance"] for r in rows} == {NOT_JUDGED}
     assert not [

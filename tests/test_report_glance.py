@@ -13,6 +13,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
+import duckdb
 import pandas as pd
 import pytest
 
@@ -29,7 +30,7 @@ from rooflab.report.sweep_charts import (
     reuse_time_chart,
     sweep_chart,
 )
-from rooflab.store import ingest, query
+from rooflab.store import query
 from tests.rendered_marks import (
     legend_symbols,
     out_of_order_roof_labels,
@@ -42,13 +43,17 @@ from tests.report_pages import (
     avx512_ceilings,
     avx512_points,
     axis_labels,
+    ceilings_of,
+    channel_of,
     cpu_ceilings,
     cpu_points,
     datasheet_of,
+    empty_store,
     insert_rows,
     label_crossings,
     label_overlaps,
     layers_of,
+    spec_rows,
     svg_texts,
 )
 from tests.table_rows import runs_row
@@ -130,7 +135,7 @@ def test_no_roof_line_runs_through_a_label_and_no_label_covers_another():
     and an H200 with its datasheet roofs (bf16 and fp16 2 px apart, a datasheet roof 7 % above
     the measured HBM one)."""
     cpu = roofline_chart(cpu_ceilings(), cpu_points()).to_dict()
-    gpu_roofs = [
+    ceilings = ceilings_of(
         ("compute", "bf16_tensor", "matmul", 723e12),
         ("compute", "fp16_tensor", "matmul", 677e12),
         ("compute", "fp64_tensor", "matmul", 56.9e12),
@@ -140,8 +145,7 @@ def test_no_roof_line_runs_through_a_label_and_no_label_covers_another():
         ("bandwidth", "HBM", "read", 4.47e12),
         ("bandwidth", "L2", "read", 11e12),
         ("bandwidth", "L1", "l1_read", 30e12),
-    ]
-    ceilings = pd.DataFrame(gpu_roofs, columns=["kind", "name", "kernel", "value"])
+    )
     points = pd.DataFrame(
         [
             {"dtype": d, "intensity": i, "achieved_flops_per_s": 0.7 * min(723e12, 4.47e12 * i)}
@@ -151,23 +155,16 @@ def test_no_roof_line_runs_through_a_label_and_no_label_covers_another():
     )
     gpu = roofline_chart(ceilings, points, datasheet_of("NVIDIA H200")).to_dict()
     for spec in (cpu, gpu):
-        labels = {r["ceiling"] for rows in spec["datasets"].values() for r in rows if "dy" in r}
-        roofs = {r["ceiling"] for rows in spec["datasets"].values() for r in rows if "kind" in r}
-        assert labels == roofs  # every roof labelled
+        assert {r["ceiling"] for r in spec_rows(spec, "dy")} == _roof_labels(spec)  # every roof
         assert label_crossings(spec) == []
         assert label_overlaps(spec) == []
     # the slanted roofs' labels run along their lines
-    angles = {
-        r["ceiling"].split()[0]: r["angle"]
-        for rows in cpu["datasets"].values()
-        for r in rows
-        if "dy" in r
-    }
+    angles = {r["ceiling"].split()[0]: r["angle"] for r in spec_rows(cpu, "dy")}
     assert angles["L2"] == angles["DRAM"] < -20 and angles["fp64_fma"] == 0
 
 
 def _roof_labels(spec: dict) -> set[str]:
-    return {r["ceiling"] for rows in spec["datasets"].values() for r in rows if "kind" in r}
+    return {r["ceiling"] for r in spec_rows(spec, "kind")}
 
 
 # The AVX-512 CPU's roofs as measured (0), and as a rerun might measure them: each roof 20 %
@@ -313,15 +310,11 @@ def test_ceiling_sweep_ticks_read_in_binary_units_like_its_cache_labels():
     plateaus = pd.DataFrame(columns=["level", "lo", "hi", "mid"])
     caches = [{"x": 48 * 1024, "label": "L1 48 KiB"}, {"x": 2**21, "label": "L2 2 MiB"}]
     chart = sweep_chart(sweep, plateaus, caches)
-    axis = next(e for e in _channel_x(chart.to_dict()) if "axis" in e)["axis"]
+    axis = next(e for e in channel_of(chart.to_dict(), "x") if "axis" in e)["axis"]
     assert all(v & (v - 1) == 0 for v in axis["values"])
     labels = axis_labels(_svg(chart), "X-axis titled 'Working set")
     assert labels and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB)", label) for label in labels)
     assert {"16 KiB", "1 MiB", "256 MiB"} <= set(labels)
-
-
-def _channel_x(spec: dict) -> list[dict]:
-    return [la["encoding"]["x"] for la in layers_of(spec) if "x" in la.get("encoding", {})]
 
 
 def test_best_kernel_note_says_where_read_is_below_another_kernel():
@@ -365,28 +358,20 @@ def test_weight_reuse_charts_carry_their_sweeps_name():
 
 
 def _changes() -> pd.DataFrame:
-    rows = []
-    for i, (ratio, noise) in enumerate(
-        [(1.0, 0.02), (1.1, 0.03), (0.9, 0.2), (101.0, 0.05), (0.05, 0.01), (2.0, 0.01), (1.3, 3.0)]
-    ):
-        rows.append(
-            {
-                "label": f"cfg{i} · warm",
-                "previous_s": 1e-3,
-                "latest_s": 1e-3 * ratio,
-                "ratio": ratio,
-                "rel_change": ratio - 1,
-                "noise_hi": noise,
-                "noise_lo": -noise,
-                "previous_run": "a",
-                "latest_run": "b",
-                "disturbed": "no",
-                "verdict": "within noise"
-                if abs(ratio - 1) <= noise
-                else ("slower" if ratio > 1 else "faster"),
-            }
-        )
-    return pd.DataFrame(rows)
+    ratio = pd.Series([1.0, 1.1, 0.9, 101.0, 0.05, 2.0, 1.3])
+    noise = pd.Series([0.02, 0.03, 0.2, 0.05, 0.01, 0.01, 3.0])
+    moved = ratio.map(lambda r: "slower" if r > 1 else "faster")
+    return pd.DataFrame({"ratio": ratio, "noise_hi": noise}).assign(
+        label=[f"cfg{i} · warm" for i in ratio.index],
+        previous_s=1e-3,
+        latest_s=1e-3 * ratio,
+        rel_change=ratio - 1,
+        noise_lo=-noise,
+        previous_run="a",
+        latest_run="b",
+        disturbed="no",
+        verdict=moved.where((ratio - 1).abs() > noise, "within noise"),
+    )
 
 
 def test_change_is_a_log_ratio_from_half_to_twice_with_outliers_at_the_edge():
@@ -468,31 +453,28 @@ def test_stage_time_ticks_are_few_and_do_not_collide():
 
 
 def _readings(nominal: float | None) -> pd.DataFrame:
+    """20 s of a GPU's clock (a 3 s dip) and power, with the nominal clock where it is known."""
     t0 = pd.Timestamp("2026-01-01 00:00:00")
-    rows = []
-    for i in range(20):
-        clock = 1.98 - (0.3 if 8 <= i < 11 else 0.0)
-        for quantity, value, limit, source in (
-            ("clock (GHz)", clock, nominal, "GPU max SM clock (NVML)"),
-            ("power (W)", 500.0 + i, 700.0, "GPU power limit (NVML)"),
-        ):
-            rows.append(
-                {
-                    "quantity": quantity,
-                    "kind": "gemm reuse",
-                    "run": "r1",
-                    "t": t0 + pd.Timedelta(seconds=i),
-                    "value": value,
-                    "value_min": value,
-                    "value_max": value,
-                    "readings": 1,
-                    "phase": "during",
-                    "config_id": "c",
-                    "nominal": limit,
-                    "nominal_from": source if limit is not None else None,
-                }
+    readings = pd.DataFrame(
+        [
+            (quantity, t0 + pd.Timedelta(seconds=i), value, limit, source if limit else None)
+            for i in range(20)
+            for quantity, value, limit, source in (
+                ("clock (GHz)", 1.98 - 0.3 * (8 <= i < 11), nominal, "GPU max SM clock (NVML)"),
+                ("power (W)", 500.0 + i, 700.0, "GPU power limit (NVML)"),
             )
-    return pd.DataFrame(rows)
+        ],
+        columns=["quantity", "t", "value", "nominal", "nominal_from"],
+    )
+    return readings.assign(
+        kind="gemm reuse",
+        run="r1",
+        value_min=readings.value,
+        value_max=readings.value,
+        readings=1,
+        phase="during",
+        config_id="c",
+    )
 
 
 def test_clock_axis_starts_at_zero_and_a_rule_marks_the_nominal_clock():
@@ -531,14 +513,8 @@ MACHINES = {  # machine_id: (host, backend, device, machine JSON), all construct
 
 @pytest.fixture(scope="module")
 def constructed_store(tmp_path_factory):
-    import duckdb
-
-    results = tmp_path_factory.mktemp("glance") / "results"
-    results.mkdir()
-    db = results / "rooflab.duckdb"
-    ingest(db, results)  # an empty store: every table and view
-    connection = duckdb.connect(str(db))
-    try:
+    db = empty_store(tmp_path_factory.mktemp("glance"))
+    with duckdb.connect(str(db)) as connection:
         for i, (machine_id, (host, backend, device, machine)) in enumerate(MACHINES.items()):
             run_id = f"20260601T00000{i}Z-constructed"
             insert_rows(connection, "runs", [runs_row(
@@ -572,8 +548,6 @@ def constructed_store(tmp_path_factory):
                 for kernel in ("read", "triad")
                 for e in range(12, 29, 2)
             ])  # fmt: skip
-    finally:
-        connection.close()
     return db
 
 
@@ -612,15 +586,11 @@ def test_the_report_says_which_kernel_is_best_and_marks_the_nominal_clock(
     sweeps = [p for p in page.split("<section class='chart'>") if "Ceiling sweep</h" in p]
     assert len(sweeps) == 3
     assert all("on DRAM, triad (40.9 GB/s) beats read (32.6 GB/s)" in p for p in sweeps)
-    conditions = {
-        name.split("_")[0]: report.specs[name]
+    clock_rules = {  # the labelled rules of each machine's conditions chart
+        name.split("_")[0]: sorted(r["label"] for r in spec_rows(report.specs[name], "label"))
         for name in report.charts
         if name.endswith("conditions")
     }
-    clock_rules = {}
-    for host, spec in conditions.items():
-        rows = [r for rows in spec["datasets"].values() for r in rows if "label" in r]
-        clock_rules[host] = sorted(r["label"] for r in rows)
     assert clock_rules == {
         "gpu-host": ["GPU max SM clock (NVML): 1.98 GHz", "GPU power limit (NVML): 700 W"],
         "xeon-host": ["CPU base clock (its model name): 2.4 GHz"],

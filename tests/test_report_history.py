@@ -22,11 +22,20 @@ import pytest
 from rooflab.records import read_run
 from rooflab.report import build_report
 from rooflab.report.history_charts import changes_html
-from rooflab.roofline import build_analysis, write_analysis
-from rooflab.store import ingest, query
+from rooflab.roofline import build_analysis
+from rooflab.store import query
 from rooflab.units import format_quantity
-from tests.conftest import UNJUDGED, run_rooflab
-from tests.report_pages import NODE_B, copy_run, tables_of
+from tests.conftest import UNJUDGED
+from tests.report_pages import (
+    NODE_B,
+    copy_run,
+    layers_of,
+    rooflab_ok,
+    scale_times,
+    spec_rows,
+    store_of,
+    tables_of,
+)
 
 FAST_CONFIG = """\
 backend: cpu
@@ -56,10 +65,9 @@ KNOWN_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 def _measure_gemm(root: Path) -> Path:
     runs = root / "results" / "sweeps" / "fast" / "runs"
     before = set(runs.iterdir()) if runs.exists() else set()
-    result = run_rooflab(
+    rooflab_ok(
         "measure", "gemm", "--config", "fast.yaml", "--sweep", "fast", "--out", runs, cwd=root
     )
-    assert result.returncode == 0, result.stderr
     (new,) = set(runs.iterdir()) - before
     return new
 
@@ -68,22 +76,7 @@ def _store(results: Path) -> Path:
     """The roofline step and ingest, as the workflow runs them."""
     ceilings = sorted((results / "ceilings" / "runs").iterdir())
     sweeps = sorted((results / "sweeps" / "fast" / "runs").iterdir())
-    write_analysis(build_analysis(ceilings, sweeps), results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
-    return db
-
-
-def _scale(tables, config_ids, factor: float) -> None:
-    """Every time of these configurations `factor` times as long (a ceiling: its rate divided)."""
-    for row in tables.get("timed_points", []) + tables.get("samples", []):
-        if row["config_id"] in config_ids:
-            for key in ("median_s", "p25_s", "p75_s", "seconds"):
-                if row.get(key) is not None:
-                    row[key] *= factor
-    for row in tables.get("ceilings", []):
-        if row["config_id"] in config_ids:
-            row["value"] /= factor
+    return store_of(results, build_analysis(ceilings, sweeps))
 
 
 def _undisturbed(tables):
@@ -103,9 +96,9 @@ def stores(tmp_path_factory, quick_ceilings_run):
     root = tmp_path_factory.mktemp("history_report")
     (root / "fast.yaml").write_text(FAST_CONFIG)
     results = root / "results"
+    ceilings_dir = results / "ceilings" / "runs"
     _, ceilings_run = quick_ceilings_run
-    started = _started(ceilings_run)
-    copy_run(ceilings_run, results / "ceilings" / "runs", started, edit=_undisturbed)
+    copy_run(ceilings_run, ceilings_dir, _started(ceilings_run), edit=_undisturbed)
     first = _measure_gemm(root)
 
     # one run per key, one machine: a store of its own
@@ -120,8 +113,8 @@ def stores(tmp_path_factory, quick_ceilings_run):
     slower, same, faster = configs[0], configs[1], configs[-1]
 
     def changed(tables):
-        _scale(tables, {slower}, 2.0)
-        _scale(tables, {faster}, 0.5)
+        scale_times(tables, 2.0, {slower})
+        scale_times(tables, 0.5, {faster})
         for row in tables["timed_points"]:
             if (row["config_id"], row["cache_state"]) == (same, "warm"):
                 row["disturbed"] = True
@@ -132,22 +125,19 @@ def stores(tmp_path_factory, quick_ceilings_run):
     third = copy_run(second, sweeps, later, runs=known, edit=changed)
     ceilings = read_run(ceilings_run)["ceilings"].to_pylist()
     (dram,) = [row["config_id"] for row in ceilings if row["name"] == "DRAM"]
+
+    def slower_dram(tables):
+        scale_times(_undisturbed(tables), 2.0, {dram})
+
+    def ten_times_lower(tables):
+        scale_times(tables, 10.0, {row["config_id"] for row in ceilings})
+
     copy_run(
-        ceilings_run,
-        results / "ceilings" / "runs",
-        later + dt.timedelta(hours=1),
-        runs=known,
-        edit=lambda tables: _scale(_undisturbed(tables), {dram}, 2.0),
+        ceilings_run, ceilings_dir, later + dt.timedelta(hours=1), runs=known, edit=slower_dram
     )
     # node b: one run each, its ceilings ten times lower
     node_b = later + dt.timedelta(days=1)
-    copy_run(
-        ceilings_run,
-        results / "ceilings" / "runs",
-        node_b,
-        runs=NODE_B,
-        edit=lambda tables: _scale(tables, {row["config_id"] for row in ceilings}, 10.0),
-    )
+    copy_run(ceilings_run, ceilings_dir, node_b, runs=NODE_B, edit=ten_times_lower)
     copy_run(first, sweeps, node_b, runs=NODE_B)
     db = _store(results)
     return {
@@ -161,22 +151,6 @@ def stores(tmp_path_factory, quick_ceilings_run):
         "dram": dram,
         "third": third,
     }
-
-
-def _units(spec: dict) -> list[dict]:
-    """Every unit spec (with a mark) inside layers and concatenations."""
-    if "mark" in spec:
-        return [spec]
-    found = []
-    for key in ("layer", "spec", "hconcat", "vconcat", "concat"):
-        child = spec.get(key)
-        for item in child if isinstance(child, list) else [child] if child else []:
-            found += _units(item)
-    return found
-
-
-def _rows(spec: dict, field: str) -> list[dict]:
-    return [row for rows in spec["datasets"].values() for row in rows if field in row]
 
 
 def _machine_a(db: Path) -> str:
@@ -206,7 +180,7 @@ def test_history_draws_every_key_with_two_runs_over_its_first_run(stores):
         (r.key, r.position): (r.value / first[(r.kind, r.key)], r.low / first[(r.kind, r.key)])
         for r in view.itertuples()
     }
-    drawn = _rows(spec, "ratio")
+    drawn = spec_rows(spec, "ratio")
     assert {(r["key"], r["position"]) for r in drawn} == set(expected)
     for row in drawn:
         ratio, low = expected[(row["key"], row["position"])]
@@ -230,20 +204,20 @@ def test_history_draws_every_key_with_two_runs_over_its_first_run(stores):
         "compute ceilings: rate",
     }
     # one panel per sweep and kind of ceiling, its y axis a log ratio that says which way is worse
-    y_titles = {u["encoding"]["y"].get("title") for u in _units(spec) if "y" in u["encoding"]}
+    y_titles = {u["encoding"]["y"].get("title") for u in layers_of(spec) if "y" in u["encoding"]}
     assert {"time / first run's (above 1: slower)", "rate / first run's (above 1: faster)"} <= (
         y_titles
     )
     assert all(
         u["encoding"]["y"]["scale"]["type"] == "log"
-        for u in _units(spec)
+        for u in layers_of(spec)
         if u["encoding"]["y"].get("field") == "y"
     )
 
 
 def test_history_tooltips_give_the_commit_and_date_and_disturbed_runs_are_ringed(stores):
     _, spec = _history_spec(stores["report"])
-    drawn = _rows(spec, "ratio")
+    drawn = spec_rows(spec, "ratio")
     runs = query(stores["db"], "SELECT run_id, git_commit, git_dirty, started_at FROM runs")
     runs = {r["run_id"]: r for r in runs.to_pylist()}
     for row in drawn:
@@ -255,7 +229,7 @@ def test_history_tooltips_give_the_commit_and_date_and_disturbed_runs_are_ringed
     assert third and {row["commit"] for row in third} == {"0123456"}
     tooltips = [
         t["field"]
-        for u in _units(spec)
+        for u in layers_of(spec)
         for t in u["encoding"].get("tooltip", [])
         if u["mark"].get("filled")
     ]
@@ -270,7 +244,7 @@ def test_history_tooltips_give_the_commit_and_date_and_disturbed_runs_are_ringed
     disturbed = {(r["key"], r["position"]) for r in view} & drawn_keys
     assert (stores["disturbed"], 3) in disturbed
     assert {(r["key"], r["position"]) for r in drawn if r["disturbed"]} == disturbed
-    rings = [u for u in _units(spec) if {"filter": "datum.disturbed"} in u.get("transform", [])]
+    rings = [u for u in layers_of(spec) if {"filter": "datum.disturbed"} in u.get("transform", [])]
     assert rings and all(ring["encoding"]["stroke"]["field"] == "flag" for ring in rings)
 
 
@@ -359,10 +333,10 @@ def test_machines_side_by_side_share_their_axes_and_list_ceilings_by_machine(sto
     assert [panel["title"]["text"] for panel in spec["concat"]] == [
         titles[s["machine_id"]] for s in scopes
     ]
-    units = _units(spec)
+    units = layers_of(spec)
     domains = {axis: {str(u["encoding"][axis]["scale"]["domain"]) for u in units} for axis in "xy"}
     assert len(domains["x"]) == 1 and len(domains["y"]) == 1  # every panel on the same axes
-    lines, points = _rows(spec, "roof"), _rows(spec, "config_id")
+    lines, points = spec_rows(spec, "roof"), spec_rows(spec, "config_id")
     (x_lo, x_hi), (y_lo, y_hi) = (units[0]["encoding"][a]["scale"]["domain"] for a in "xy")
     assert all(x_lo <= r["x"] <= x_hi and y_lo <= r["y"] <= y_hi for r in lines + points)
     summary = query(db, "SELECT machine_id, kind, name, kernel, value FROM ceiling_summary")
@@ -382,14 +356,10 @@ def test_machines_side_by_side_share_their_axes_and_list_ceilings_by_machine(sto
             "WHERE machine_id = ?",
             params=[machine_id],
         ).to_pylist()
-        assert latest
-        assert {
+        achieved = {(r["config_id"], r["cache_state"]): r["achieved_flops_per_s"] for r in latest}
+        assert latest and {
             (r["config_id"], r["cache_state"]): r["y"] for r in points if r["machine"] == title
-        } == (
-            pytest.approx(
-                {(r["config_id"], r["cache_state"]): r["achieved_flops_per_s"] for r in latest}
-            )
-        )
+        } == pytest.approx(achieved)
     dram = {r["machine_id"]: r["value"] for r in summary if r["name"] == "DRAM"}
     b = NODE_B["machine_id"]
     (a,) = set(dram) - {b}

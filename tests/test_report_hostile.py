@@ -18,7 +18,6 @@ import html.parser
 import json
 import re
 import shutil
-import subprocess
 
 import pytest
 
@@ -32,10 +31,17 @@ from rooflab.report.names import (
     script_json,
     url,
 )
-from rooflab.roofline import build_analysis, write_analysis
-from rooflab.store import ingest
+from rooflab.roofline import build_analysis
 from tests.conftest import UNJUDGED
-from tests.report_pages import CHROMIUM, NO_CHROMIUM, copy_run, render_in_browser, rooflab_ok
+from tests.report_pages import (
+    CHROMIUM,
+    NO_CHROMIUM,
+    copy_run,
+    render_in_browser,
+    rooflab_ok,
+    scale_times,
+    store_of,
+)
 
 PWNED = "PWNED"
 ATTRIBUTE_XSS = "x'><img src=x onerror=\"document.title='PWNED'\"><i x='"
@@ -190,10 +196,7 @@ def _renamed(sweep: str, factor: float, fail: bool = False):
                 config_id = row.get("config_id")
                 if isinstance(config_id, str) and config_id.startswith("tiny/"):
                     row["config_id"] = sweep + config_id.removeprefix("tiny")
-        for row in tables.get("timed_points", []) + tables.get("samples", []):
-            for key in ("median_s", "p25_s", "p75_s", "min_s", "seconds"):
-                if row.get(key) is not None:
-                    row[key] *= factor
+        scale_times(tables, factor)
         if fail:
             first = min(row["config_id"] for row in tables["correctness"])
             for row in tables["correctness"]:
@@ -229,9 +232,7 @@ def hostile(tmp_path_factory, quick_ceilings_run):
         sorted(sweeps_dir.iterdir()),
         stages=STAGES,
     )
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
+    db = store_of(results, analysis)
     return {"db": db, "report": build_report(db, root / "report")}
 
 
@@ -346,26 +347,11 @@ class _Text(html.parser.HTMLParser):
             self.text.append(data)
 
 
-def _dump_dom(report, tmp_path) -> str:
-    """The page's DOM after its scripts ran (headless chromium, no network)."""
-    flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--no-first-run", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'dom-profile'}", "--virtual-time-budget=20000",
-        "--window-size=1200,6000", "--dump-dom", report.index.resolve().as_uri(),
-    ]  # fmt: skip
-    dom = subprocess.run([CHROMIUM, *flags], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    return dom.stdout
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_hostile_names_render_as_text_in_a_real_browser_and_run_no_script(hostile, tmp_path):
-    report = hostile["report"]
-    # every chart renders, no console error, no error recorded by the page
-    render_in_browser(report, tmp_path)
-    dom = _dump_dom(report, tmp_path)
+    # every chart renders, no console error, no error recorded by the page; its DOM once drawn
+    dom = render_in_browser(hostile["report"], tmp_path)
     parsed = _Text()
     parsed.feed(dom)
     (title,) = re.findall(r"<title>(.*?)</title>", dom, re.S)

@@ -20,6 +20,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
 import yaml
@@ -35,7 +36,8 @@ from rooflab.report.workload_charts import (
     param_time_chart,
     params_text,
 )
-from rooflab.store import ingest, query
+from rooflab.roofline import build_analysis
+from rooflab.store import query
 from tests.conftest import UNJUDGED
 from tests.rendered_marks import distance, intersect, legend_symbols, overprinted_texts, rendered
 from tests.report_pages import (
@@ -49,12 +51,15 @@ from tests.report_pages import (
     chart_svg,
     cpu_ceilings,
     cpu_points,
+    empty_store,
     insert_rows,
     label_crossings,
     label_overlaps,
     layers_of,
     render_in_browser,
     rooflab_ok,
+    spec_rows,
+    store_of,
     svg_texts,
 )
 from tests.table_rows import runs_row
@@ -294,9 +299,19 @@ def _named_labels(spec: dict) -> dict:
 
 
 def _workload_names(spec: dict) -> set[str]:
-    return {
-        r["label"] for rows in spec["datasets"].values() for r in rows if "dy" in r and "label" in r
-    }
+    return {r["label"] for r in spec_rows(spec, "dy") if "label" in r}
+
+
+def _each_name_beside_its_own_star(scene, names) -> None:
+    """Each drawn name of `names` within 8 px of one of its own stars, and nearer to it than to
+    any other point's marks."""
+    for name in (t for t in scene.texts if t.text in names):
+        own = [s for s in scene.symbols if s.fields.get("sweep") == name.text]
+        at_own = {(s.x, s.y) for s in own}
+        nearest_own = min(distance(name.box, s.box) for s in own)
+        assert nearest_own <= 8, name.text  # beside it
+        others = [s for s in scene.symbols if (s.x, s.y) not in at_own]
+        assert all(distance(name.box, s.box) > nearest_own for s in others), name.text
 
 
 def test_workload_points_are_labelled_stars_with_their_own_legend_entry():
@@ -311,10 +326,9 @@ def test_workload_points_are_labelled_stars_with_their_own_legend_entry():
     spec = roofline_chart(cpu_ceilings(), points, None, None, pairs).to_dict()
     layers = layers_of(spec)
     assert layers[-1]["mark"]["type"] == "point"  # the points stay on top
-    stars = [
+    (star,) = [
         la for la in layers if la.get("encoding", {}).get("shape", {}).get("title") == WORKLOADS_KEY
     ]
-    (star,) = stars
     names = ["relu_fused", "relu_unfused"]  # a star each, named in the legend
     assert star["encoding"]["shape"]["field"] == "sweep"
     assert star["encoding"]["shape"]["scale"] == {"domain": names, "range": workload_shapes(names)}
@@ -390,13 +404,8 @@ def test_each_name_is_beside_its_own_star_clear_of_every_other_mark_as_drawn(dra
     assert len(names) >= 4  # named where a name fits; the legend names them all
     assert overprinted_texts(scene) == []
     for name in names:
-        own = [s for s in scene.symbols if s.fields.get("sweep") == name.text]
-        at_own = {(s.x, s.y) for s in own}
-        others = [s for s in scene.symbols if (s.x, s.y) not in at_own]
         assert not [s for s in scene.symbols if intersect(name.box, s.box)], name.text
-        nearest_own = min(distance(name.box, s.box) for s in own)
-        assert nearest_own <= 8, name.text  # beside it
-        assert all(distance(name.box, s.box) > nearest_own for s in others), name.text
+    _each_name_beside_its_own_star(scene, AVX512_WORKLOADS)
 
 
 def test_optional_labels_go_after_the_roofs_most_constrained_first_or_not_at_all():
@@ -444,14 +453,8 @@ def _point(run_id, sweep, params: dict, cache_state, seconds, efficiency, dtype=
 
 @pytest.fixture(scope="module")
 def constructed_store(tmp_path_factory):
-    import duckdb
-
-    results = tmp_path_factory.mktemp("workload_views") / "results"
-    results.mkdir()
-    db = results / "rooflab.duckdb"
-    ingest(db, results)  # an empty store: every table and view
-    connection = duckdb.connect(str(db))
-    try:
+    db = empty_store(tmp_path_factory.mktemp("workload_views"))
+    with duckdb.connect(str(db)) as connection:
         run_id = "20260601T000000Z-constructed"
         insert_rows(connection, "runs", [runs_row(
             run_id, "workload", T0, "chase", ended_at=T0 + timedelta(minutes=1), host="wl-host",
@@ -468,8 +471,6 @@ def constructed_store(tmp_path_factory):
             _point(run_id, "two_dtypes", {"n": 64}, "warm", 1e-3, 0.5, d) for d in ("fp32", "fp64")
         ]
         insert_rows(connection, "roofline_points", rows)
-    finally:
-        connection.close()
     return db
 
 
@@ -553,8 +554,6 @@ def _in_process(results: Path, name: str, spec: dict) -> Path:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, quick_ceilings_run) -> Path:
-    from rooflab.roofline import build_analysis, write_analysis
-
     root = tmp_path_factory.mktemp("workloads_store")
     (root / "fast.yaml").write_text(yaml.safe_dump({**FAST, "sweeps": TINY_SWEEP}))
     results = root / "results"
@@ -585,10 +584,7 @@ def store(tmp_path_factory, quick_ceilings_run) -> Path:
         sorted((results / "ceilings" / "runs").iterdir()),
         [*sorted((results / "sweeps" / "tiny" / "runs").iterdir()), *workload_runs],
     )
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
-    return db
+    return store_of(results, analysis)
 
 
 @pytest.fixture(scope="module")
@@ -608,10 +604,8 @@ def test_workloads_get_their_charts_after_the_roofline_and_the_gemms_keep_theirs
     times = [c for c in charts if c.startswith("workload_time_")]
     assert times == ["workload_time_relu_axpb_fused", "workload_time_relu_axpb_unfused"]
     assert charts.index(times[0]) > charts.index("reuse_efficiency_tiny")
-    reuse = built.specs["reuse_time_tiny"]
-    assert {r["series"] for rows in reuse["datasets"].values() for r in rows} == {
-        "fp32 nn N=256 K=256"
-    }
+    reuse = spec_rows(built.specs["reuse_time_tiny"])
+    assert {r["series"] for r in reuse} == {"fp32 nn N=256 K=256"}
     for name in charts:
         assert (built.out_dir / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -663,7 +657,7 @@ def test_each_workload_of_several_cases_has_its_time_against_its_param(built, st
     ).to_pylist()
     spec = built.specs["workload_time_relu_axpb_fused"]
     assert spec["title"] == "Workload relu_axpb_fused: median time and Roofline bound vs n"
-    rows = [r for rows in spec["datasets"].values() for r in rows]
+    rows = spec_rows(spec)
     assert {r["value"] for r in rows} == {65536, 262144}
     drawn = {(r["config_id"], r["cache_state"], r["source"]): r["seconds"] for r in rows}
     assert len(drawn) == len(points) * 2
@@ -692,11 +686,7 @@ def test_the_roofline_draws_workloads_as_labelled_stars_and_joins_each_pair(buil
     assert label_crossings(named) == [] and label_overlaps(named) == []
     scene = rendered(spec)
     assert overprinted_texts(scene) == []
-    for name in (t for t in scene.texts if t.text in WORKLOADS):
-        own = [s for s in scene.symbols if s.fields.get("sweep") == name.text]
-        others = [s for s in scene.symbols if (s.x, s.y) not in {(o.x, o.y) for o in own}]
-        nearest_own = min(distance(name.box, s.box) for s in own)
-        assert nearest_own <= 8 and all(distance(name.box, s.box) > nearest_own for s in others)
+    _each_name_beside_its_own_star(scene, WORKLOADS)
     # the fusion pair: a line from each unfused point to the fused one, to the right
     (pair,) = [
         la for la in layers if la["mark"]["type"] == "rule" and "x2" in la.get("encoding", {})

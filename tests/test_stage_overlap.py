@@ -39,23 +39,23 @@ FAST = {
 C, B = 50e9, 20e9  # FLOP/s and B/s the stages are sized from (round, for the checks)
 
 
-def _timing(config):
-    return TimingSettings.from_config(config["timing"], config["disturbance"])
+def _measure(peak_flops_per_s: float, bandwidth_b_per_s: float, ceilings_run_id=None) -> dict:
+    """SCENARIO measured on this machine's CPU, its stages sized from these ceilings."""
+    config = validate_config({**FAST, "stages": {"two": SCENARIO}})
+    return run_stage_overlap(
+        select_backend("cpu"),
+        "two",
+        config["stages"]["two"],
+        TimingSettings.from_config(config["timing"], config["disturbance"]),
+        peak_flops_per_s=peak_flops_per_s,
+        bandwidth_b_per_s=bandwidth_b_per_s,
+        ceilings_run_id=ceilings_run_id,
+    )
 
 
 @pytest.fixture(scope="module")
 def measured():
-    config = validate_config({**FAST, "stages": {"two": SCENARIO}})
-    backend = select_backend("cpu")
-    return run_stage_overlap(
-        backend,
-        "two",
-        config["stages"]["two"],
-        _timing(config),
-        peak_flops_per_s=C,
-        bandwidth_b_per_s=B,
-        ceilings_run_id="ceilings-of-this-test",
-    )
+    return _measure(C, B, ceilings_run_id="ceilings-of-this-test")
 
 
 def test_a_stage_is_sized_to_take_its_time_at_its_bound():
@@ -127,33 +127,15 @@ def test_each_stage_alone_and_both_schedules_are_measured_with_their_bounds(meas
 def test_ceilings_far_too_low_make_every_measurement_beat_its_bound_and_say_so():
     """Sized on ceilings 1000x below this machine's, each stage does a thousandth of the work
     its bound allows for: every row is flagged, as a Roofline point above its roof would be."""
-    config = validate_config({**FAST, "stages": {"two": SCENARIO}})
-    tables = run_stage_overlap(
-        select_backend("cpu"),
-        "two",
-        config["stages"]["two"],
-        _timing(config),
-        peak_flops_per_s=C / 1000,
-        bandwidth_b_per_s=B / 1000,
-        ceilings_run_id=None,
-    )
+    tables = _measure(C / 1000, B / 1000)
     rows = [*tables["stage_timings"], *tables["stage_schedules"]]
     assert all(row["beats_bound"] for row in rows)
 
 
 def test_more_stages_than_cores_is_refused(monkeypatch):
-    config = validate_config({**FAST, "stages": {"two": SCENARIO}})
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     with pytest.raises(StageOverlapError, match="2 stages need 2 cores side by side"):
-        run_stage_overlap(
-            select_backend("cpu"),
-            "two",
-            config["stages"]["two"],
-            _timing(config),
-            peak_flops_per_s=C,
-            bandwidth_b_per_s=B,
-            ceilings_run_id=None,
-        )
+        _measure(C, B)
 
 
 def test_the_store_says_it_as_the_article_does(measured, tmp_path):
@@ -249,9 +231,10 @@ def test_the_page_says_where_a_stage_ran_another_size_than_its_scenario(
 
     from rooflab.experiments.stage_overlap import scenario_ceilings
     from rooflab.report import build_report
-    from rooflab.roofline import build_analysis, latest_ceilings_by_machine, write_analysis
-    from rooflab.store import ingest, query
+    from rooflab.roofline import build_analysis, latest_ceilings_by_machine
+    from rooflab.store import query
     from rooflab.units import format_quantity
+    from tests.report_pages import store_of
 
     _, ceilings_dir = quick_ceilings_run
     results = tmp_path / "results"
@@ -277,9 +260,7 @@ def test_the_page_says_where_a_stage_ran_another_size_than_its_scenario(
         stage_runs=sorted((results / "stages" / "runs").iterdir()),
         stages=validate_config(config)["stages"],
     )
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
+    db = store_of(results, analysis)
     rows = {
         (r["scenario"], r["stage"]): r
         for r in query(db, "SELECT * FROM latest_stage_timings").to_pylist()

@@ -10,10 +10,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from rooflab import Workload
+from rooflab.records import read_run
 from rooflab.workloads import WorkloadError, cases, check_error, checked, load_entry
 from tests.conftest import REPO, UNJUDGED, installed_script
 
@@ -31,10 +33,16 @@ def _docs_example() -> str:
     return code
 
 
-def _measure(tmp_path: Path, module: str, entry: str, *args: str) -> subprocess.CompletedProcess:
+def _kernels(tmp_path: Path, module: str) -> Path:
+    """`module` written as mykernels.py beside a config of short timings: that config's path."""
     (tmp_path / "mykernels.py").write_text(module)
     config = tmp_path / "fast.yaml"
     config.write_text(yaml.safe_dump(FAST))
+    return config
+
+
+def _measure(tmp_path: Path, module: str, entry: str, *args: str) -> subprocess.CompletedProcess:
+    config = _kernels(tmp_path, module)
     return subprocess.run(
         [installed_script("rooflab"), "measure", "workload", entry, "--config", config, *args],
         cwd=tmp_path,
@@ -49,9 +57,7 @@ def test_a_module_is_found_in_the_current_directory_or_the_workloads_path(tmp_pa
     """Issue 44: `rooflab measure workload mykernels:axpb` from the module's folder, with no
     PYTHONPATH; from elsewhere through the config's workloads_path; else one line saying where
     rooflab looked and what to do."""
-    (tmp_path / "mykernels.py").write_text(_docs_example())
-    config = tmp_path / "fast.yaml"
-    config.write_text(yaml.safe_dump(FAST))
+    config = _kernels(tmp_path, _docs_example())
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def measure(cwd: Path, config: Path) -> subprocess.CompletedProcess:
@@ -92,8 +98,6 @@ def test_the_docs_example_is_checked_and_timed_warm_and_cold(tmp_path):
         assert row["intensity"] == pytest.approx(0.25) and row["median_s"] > 0
         assert row["n_samples"] >= 3
     (run,) = (tmp_path / "runs").iterdir()
-    import pyarrow.parquet as pq
-
     for point in pq.read_table(run / "timed_points.parquet").to_pylist():
         n = json.loads(point["params"])["n"]
         cold = point["cache_state"] == "cold"
@@ -127,8 +131,6 @@ def test_a_case_whose_check_fails_is_recorded_and_not_timed(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "wrong/fp32/n64 failed its check (error 0.5 > tolerance 1e-06)" in result.stderr
     (run,) = (tmp_path / "runs").iterdir()
-    import pyarrow.parquet as pq
-
     assert pq.read_table(run / "timed_points.parquet").num_rows == 0  # never timed
     assert pq.read_table(run / "correctness.parquet").to_pylist()[0]["passed"] is False
 
@@ -282,7 +284,7 @@ def spin(params, ctx):
 """
 
 
-def test_a_hung_kernel_is_stopped_naming_its_case_and_frees_the_machine(tmp_path):
+def test_a_hung_kernel_is_stopped_naming_its_case_and_frees_the_machine(tmp_path, monkeypatch):
     """A kernel whose run() never returns: the job ends within its one-call limit with one line
     naming the case, status 124, nothing written, and the machine lock free for the next one."""
     from rooflab.experiments.machine_lock import LOCK_DIR_ENV, measuring
@@ -290,7 +292,8 @@ def test_a_hung_kernel_is_stopped_naming_its_case_and_frees_the_machine(tmp_path
     (tmp_path / "mykernels.py").write_text(HANGS)
     config = tmp_path / "hang.yaml"
     config.write_text(yaml.safe_dump({**FAST, "timing": {**FAST["timing"], "max_call_s": 1}}))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), LOCK_DIR_ENV: str(tmp_path / "locks")}
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))  # the job's lock, and this test's
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
         [installed_script("rooflab"), "measure", "workload", "mykernels:spin", "--config",
          config, "--param", "n=8", "--out", "runs"],
@@ -301,15 +304,8 @@ def test_a_hung_kernel_is_stopped_naming_its_case_and_frees_the_machine(tmp_path
     assert last.startswith("rooflab: workload spin case spin/fp32/n8 warm: ")
     assert "one call still running after its limit of 1 s" in last
     assert not any((tmp_path / "runs").glob("*/runs.parquet"))
-    os.environ[LOCK_DIR_ENV], previous = str(tmp_path / "locks"), os.environ.get(LOCK_DIR_ENV)
-    try:
-        with measuring("next", timeout_s=1) as waited:  # free at once
-            assert waited < 1
-    finally:
-        if previous is None:
-            os.environ.pop(LOCK_DIR_ENV)
-        else:
-            os.environ[LOCK_DIR_ENV] = previous
+    with measuring("next", timeout_s=1) as waited:  # free at once
+        assert waited < 1
 
 
 DRIFTS = """
@@ -329,7 +325,6 @@ def drift(params, ctx):
 def test_a_kernel_that_goes_wrong_while_timed_is_stored_failed_and_left_off_the_roofline(
     tmp_path, quick_ceilings_run
 ):
-    from rooflab.records import read_run
     from rooflab.roofline import build_analysis
 
     result = _measure(tmp_path, DRIFTS, "mykernels:drift", "--param", "n=8", "--out", "runs")
@@ -423,8 +418,6 @@ def test_a_factory_that_sets_blas_threads_changes_only_its_own_case(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (run,) = (tmp_path / "runs").iterdir()
-    from rooflab.records import read_run
-
     threads = {
         (p["params"], p["cache_state"]): p["threads"]
         for p in read_run(run)["timed_points"].to_pylist()
