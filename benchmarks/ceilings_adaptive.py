@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import replace
 
-from smoke import add_smoke, verdict
+from smoke import add_smoke, seconds, verdict
 
 from rooflab.backends.selection import select_backend
 from rooflab.experiments.ceiling_plan import FIXED, CeilingSettings
@@ -51,9 +50,8 @@ def main() -> int:
     points: dict[str, list[int]] = {side: [] for side in sides}
     for round_ in range(args.rounds):
         for side, settings in sides.items():
-            started = time.perf_counter()
-            tables = run_ceilings(backend, settings)
-            walls[side].append(time.perf_counter() - started)
+            wall_s, tables = seconds(run_ceilings, backend, settings)
+            walls[side].append(wall_s)
             points[side].append(len(tables["ceiling_sweep"]))
             for row in tables["ceilings"]:
                 key = (row["kind"], row["name"], row["kernel"])

@@ -86,11 +86,8 @@ def one_run(backend: CpuBackend, results: Path, db: Path, sweep: dict, timing) -
 
 
 def verdicts(db: Path, baseline: str, candidate: str, min_effect: float) -> list[dict]:
-    connection = connect_read_only(db)
-    try:
+    with connect_read_only(db) as connection:
         return compare_runs(connection, baseline, candidate, min_effect=min_effect)
-    finally:
-        connection.close()
 
 
 def fail_on_regression(rows: list[dict]) -> int:
@@ -137,8 +134,7 @@ def main() -> int:
         first: collections.Counter = collections.Counter()
         alarms_here: list[dict] = []
         unsure_here: list[dict] = []
-        exits: dict[str, collections.Counter] = {"history": collections.Counter()}
-        exits["first"] = collections.Counter()
+        exits = {"history": collections.Counter(), "first": collections.Counter()}
         print(
             "\npair                                              slower faster same incomparable "
             "inconclusive exit"

@@ -316,11 +316,6 @@ def comparisons(backend, torch, settings: dict) -> list[Comparison]:
 
     def host_link(direction: str) -> Callable[[], Prepared]:
         def prepare() -> Prepared:
-            pinned = [
-                link
-                for link in host_loads()
-                if link.case.direction == direction and link.case.sets_ceiling
-            ]
             ours = tuple(
                 Side(
                     link.case.kernel,
@@ -328,7 +323,8 @@ def comparisons(backend, torch, settings: dict) -> list[Comparison]:
                     functools.partial(link.load.run, 1),
                     link.load.amount_per_unit,
                 )
-                for link in pinned
+                for link in host_loads()
+                if link.case.direction == direction and link.case.sets_ceiling
             )
             nbytes = int(ours[0].amount)
             host, device = torch_host_buffers(nbytes)
@@ -339,6 +335,10 @@ def comparisons(backend, torch, settings: dict) -> list[Comparison]:
         return prepare
 
     gemm_note = "same operands on both sides (through DLPack), outputs compared before timing"
+    host_note = (
+        "rooflab: the faster of its pinned methods (SM copy, cudaMemcpyAsync), as its ceiling "
+        "takes it; reference: cudaMemcpyAsync through PyTorch (non_blocking)"
+    )
     return [
         Comparison(
             f"HBM copy {gib:g} GiB", "B/s", "cudaMemcpyAsync D2D", TARGET, copy_vs_memcpy,
@@ -376,14 +376,10 @@ def comparisons(backend, torch, settings: dict) -> list[Comparison]:
         ),
         Comparison(
             f"host link H2D {mib:g} MiB", "B/s", "torch copy_ from pinned", TARGET,
-            host_link("h2d"), needs_torch=True,
-            note="rooflab: the faster of its pinned methods (SM copy, cudaMemcpyAsync), as its "
-            "ceiling takes it; reference: cudaMemcpyAsync through PyTorch (non_blocking)",
+            host_link("h2d"), needs_torch=True, note=host_note,
         ),
         Comparison(
             f"host link D2H {mib:g} MiB", "B/s", "torch copy_ to pinned", TARGET,
-            host_link("d2h"), needs_torch=True,
-            note="rooflab: the faster of its pinned methods (SM copy, cudaMemcpyAsync), as its "
-            "ceiling takes it; reference: cudaMemcpyAsync through PyTorch (non_blocking)",
+            host_link("d2h"), needs_torch=True, note=host_note,
         ),
     ]  # fmt: skip

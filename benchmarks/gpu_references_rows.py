@@ -81,9 +81,7 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
-        if self.skipped is not None:
-            return None
-        return self.rooflab / self.reference_value
+        return None if self.skipped is not None else self.rooflab / self.reference_value
 
     @property
     def missed(self) -> bool | None:
@@ -120,15 +118,10 @@ def reason(error: BaseException) -> str:
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
 
 
-def skipped_row(comparison: Comparison, why: str) -> Row:
-    return Row(
-        comparison.name,
-        comparison.unit,
-        comparison.reference,
-        comparison.target,
-        skipped=why,
-        note=comparison.note,
-    )
+def row_of(comparison: Comparison, **result) -> Row:
+    """The row of `comparison` with its `result`: the rates and methods, or why it was skipped."""
+    head = (comparison.name, comparison.unit, comparison.reference, comparison.target)
+    return Row(*head, note=comparison.note, **result)
 
 
 def run_comparisons(
@@ -175,22 +168,18 @@ def run_comparisons(
     rows = []
     for index, comparison in enumerate(comparisons):
         if index in skipped:
-            rows.append(skipped_row(comparison, skipped[index]))
+            rows.append(row_of(comparison, skipped=skipped[index]))
             continue
         labels = [side.label for side in prepared[index].ours]
         best_side = {label: max(r["rooflab"][label] for r in measured[index]) for label in labels}
         label = max(best_side, key=best_side.__getitem__)
         rows.append(
-            Row(
-                comparison.name,
-                comparison.unit,
-                comparison.reference,
-                comparison.target,
+            row_of(
+                comparison,
                 rooflab=best_side[label],
                 reference_value=max(r["reference"] for r in measured[index]),
                 rooflab_method=label,
                 reference_method=prepared[index].reference.label,
-                note=comparison.note,
                 rounds=measured[index],
             )
         )

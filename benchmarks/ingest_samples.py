@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from smoke import add_smoke, verdict
+from smoke import add_smoke, best_of, verdict
 
 from rooflab.records import TABLES, new_run_id, write_run
 from rooflab.store import ingest
@@ -44,70 +43,33 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
     started = datetime(2025, 3, 1, 9, tzinfo=UTC)
     run_id = new_run_id(started)
     config_ids = [f"decode/bf16/nn/m{m}_n4096_k4096" for m in range(1, N_CONFIGS + 1)]
-    tables: dict[str, list[dict]] = {
-        "runs": [
-            runs_row(
-                run_id,
-                "gemm",
-                started,
-                "decode",
-                ended_at=started + timedelta(hours=1),
-                host="bench",
-                machine_id="bench-machine",
-                backend="cpu",
-                device_name="benchmark CPU",
-                git_commit="0" * 40,
-                git_dirty=False,
-            )
-        ],
-        "conditions": [],
-        "correctness": [],
-        "timed_points": [],
-        "samples": [],  # replaced below
-    }
-    for index, config_id in enumerate(config_ids):
-        m = index + 1
-        tables["correctness"].append(
-            {
-                "run_id": run_id,
-                "config_id": config_id,
-                "m": m,
-                "n": 4096,
-                "k": 4096,
-                "metric": "max_rel_error",
-                "error": 1e-3,
-                "tolerance": 1e-2,
-                "passed": True,
-            }
-        )
+    run = runs_row(
+        run_id,
+        "gemm",
+        started,
+        "decode",
+        ended_at=started + timedelta(hours=1),
+        host="bench",
+        machine_id="bench-machine",
+        backend="cpu",
+        device_name="benchmark CPU",
+        git_commit="0" * 40,
+        git_dirty=False,
+    )
+    tables: dict[str, list[dict]] = {"runs": [run]}  # and the samples, replaced below
+    tables |= {name: [] for name in ("conditions", "correctness", "timed_points", "samples")}
+    # the columns each table's rows share; `point` and `shape` those of one configuration
+    checked = {"metric": "max_rel_error", "error": 1e-3, "tolerance": 1e-2, "passed": True}
+    measured = {"t": started, "cpu_ghz_measured": 3.0}
+    timed = {"kind": "gemm", "sweep": "decode", "dtype": "bf16", "layout": "nn", "noisy": False}
+    timed |= {"median_s": 1e-4, "n_samples": n_samples // (N_CONFIGS * len(CACHE_STATES))}
+    for m, config_id in enumerate(config_ids, start=1):
+        point = {"run_id": run_id, "config_id": config_id}
+        shape = {"m": m, "n": 4096, "k": 4096}
+        tables["correctness"].append({**point, **shape, **checked})
         for cache_state in CACHE_STATES:
-            for phase in ("before", "after"):
-                tables["conditions"].append(
-                    {
-                        "run_id": run_id,
-                        "t": started,
-                        "phase": phase,
-                        "config_id": config_id,
-                        "cpu_ghz_measured": 3.0,
-                    }
-                )
-            tables["timed_points"].append(
-                {
-                    "run_id": run_id,
-                    "config_id": config_id,
-                    "kind": "gemm",
-                    "sweep": "decode",
-                    "m": m,
-                    "n": 4096,
-                    "k": 4096,
-                    "dtype": "bf16",
-                    "layout": "nn",
-                    "cache_state": cache_state,
-                    "n_samples": n_samples // (N_CONFIGS * len(CACHE_STATES)),
-                    "median_s": 1e-4,
-                    "noisy": False,
-                }
-            )
+            tables["conditions"] += [{**point, **measured, "phase": p} for p in ("before", "after")]
+            tables["timed_points"].append({**point, **shape, **timed, "cache_state": cache_state})
     run_dir = write_run(results / "gemm" / "decode" / "runs", run_id, tables)
 
     rng = np.random.default_rng(0)
@@ -136,15 +98,6 @@ def write_gemm_run(results: Path, n_samples: int) -> Path:
     )
     pq.write_table(samples, run_dir / "samples.parquet")  # as write_run writes it
     return run_dir
-
-
-def best_of(rounds: int, work) -> float:
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def main() -> int:

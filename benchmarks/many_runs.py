@@ -56,13 +56,8 @@ def _ceilings_run(results: Path) -> None:
 
 def _gemm_run(results: Path, sweep: str, index: int, started: datetime, rng) -> None:
     run_id = f"{started:%Y%m%dT%H%M%S}Z-{sweep}-{index:04d}"
-    tables: dict[str, list[dict]] = {
-        "runs": [_run_row(run_id, "gemm", sweep, started)],
-        "timed_points": [],
-        "samples": [],
-        "correctness": [],
-        "conditions": [],
-    }
+    tables: dict[str, list[dict]] = {"runs": [_run_row(run_id, "gemm", sweep, started)]}
+    tables |= {name: [] for name in ("timed_points", "samples", "correctness", "conditions")}
     for m in SHAPES:
         config_id = f"{sweep}/fp64/nn/m{m}_n256_k256"
         flops, q = 2 * m * 256 * 256, 8 * (m * 256 + 256 * 256 + m * 256)

@@ -18,14 +18,12 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from rooflab.model import Stage, stage_bounds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from smoke import add_smoke, verdict
+from smoke import add_smoke, best_of, verdict
 
 from tests.conftest import installed_script
 
@@ -36,15 +34,6 @@ PEAK, BANDWIDTH = 120e12, 2e12
 
 def chain(n: int) -> list[Stage]:
     return [Stage(f"s{i}", 1e6, 2e6, (f"s{i - 1}",) if i else ()) for i in range(n)]
-
-
-def best_of(rounds: int, work: Callable[[], object]) -> float:
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def reference(stages: list[Stage]) -> int:
@@ -58,16 +47,8 @@ def command_seconds(n: int, folder: Path, rounds: int) -> float:
         f"  - {{name: s{i}, flops: 1 MFLOP, bytes: 2 MB, after: [s{i - 1}]}}" for i in range(1, n)
     ]
     path.write_text("stages:\n  - {name: s0, flops: 1 MFLOP, bytes: 2 MB}\n" + "\n".join(lines))
-    args = [
-        installed_script("rooflab"),
-        "model",
-        "stages",
-        str(path),
-        "--peak",
-        "120 TFLOP/s",
-        "--bandwidth",
-    ]
-    run = [*args, "2 TB/s", "--format", "json"]
+    run = [installed_script("rooflab"), "model", "stages", str(path), "--peak", "120 TFLOP/s"]
+    run += ["--bandwidth", "2 TB/s", "--format", "json"]
     return best_of(rounds, lambda: subprocess.run(run, check=True, capture_output=True))
 
 

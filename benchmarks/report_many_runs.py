@@ -15,22 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from many_runs import MAX_PNG_BYTES, MAX_PNG_SIDE_PX, build_many_runs_store, png_size
-from smoke import add_smoke, verdict
+from smoke import add_smoke, seconds, verdict
 
 from rooflab.report import build_report
 
 TARGET_S = 10.0
-
-
-def timed_report(db: Path, out: Path) -> tuple[float, object]:
-    started = time.perf_counter()
-    report = build_report(db, out)
-    return time.perf_counter() - started, report
 
 
 def main() -> int:
@@ -43,13 +36,11 @@ def main() -> int:
         args.runs, args.sweeps = 12, 3
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        started = time.perf_counter()
-        db = build_many_runs_store(root / "many", args.runs, args.sweeps)
-        setup_s = time.perf_counter() - started
+        setup_s, db = seconds(build_many_runs_store, root / "many", args.runs, args.sweeps)
         small_db = build_many_runs_store(root / "small", 6, 6)
-        timed_report(small_db, root / "warm-up")  # vl-convert's first call starts its engine
-        reference_s, _ = timed_report(small_db, root / "small-report")
-        report_s, report = timed_report(db, root / "report")
+        build_report(small_db, root / "warm-up")  # vl-convert's first call starts its engine
+        reference_s, _ = seconds(build_report, small_db, root / "small-report")
+        report_s, report = seconds(build_report, db, root / "report")
         images = [
             (png_size(p), p.stat().st_size, p.name) for p in report.files if p.suffix == ".png"
         ]

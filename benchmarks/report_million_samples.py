@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest_samples import write_gemm_run
-from smoke import add_smoke, verdict
+from smoke import add_smoke, seconds, verdict
 
 from rooflab.report import build_report
 from rooflab.store import ingest, query
@@ -41,12 +40,9 @@ def drawing_seconds(specs: dict) -> tuple[float, float]:
 
     version, svg_s, png_s = vl_version(), 0.0, 0.0
     for spec in specs.values():
-        started = time.perf_counter()
-        drawn = vlc.vegalite_to_svg(spec, vl_version=version)
-        svg_s += time.perf_counter() - started
-        started = time.perf_counter()
-        vlc.svg_to_png(drawn, scale=2)
-        png_s += time.perf_counter() - started
+        svg_seconds, drawn = seconds(vlc.vegalite_to_svg, spec, vl_version=version)
+        svg_s += svg_seconds
+        png_s += seconds(vlc.svg_to_png, drawn, scale=2)[0]
     return svg_s, png_s
 
 
@@ -61,12 +57,8 @@ def main() -> int:
         results, db = Path(folder) / "results", Path(folder) / "rooflab.duckdb"
         write_gemm_run(results, args.samples)
         ingest(db, results)
-        started = time.perf_counter()
-        query(db, QUANTILES_SQL)
-        reference_s = time.perf_counter() - started
-        started = time.perf_counter()
-        report = build_report(db, Path(folder) / "report")
-        report_s = time.perf_counter() - started
+        reference_s, _ = seconds(query, db, QUANTILES_SQL)
+        report_s, report = seconds(build_report, db, Path(folder) / "report")
         html_bytes = report.index.stat().st_size
         svg_s, png_s = drawing_seconds(report.specs)
     ok = report_s < TARGET_S and html_bytes < TARGET_HTML_BYTES

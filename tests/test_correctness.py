@@ -88,11 +88,6 @@ def test_inf_never_passes():
 # with coarser rounding than its dtype allows (the bug each tolerance is there to catch) must fail.
 
 
-def _tensor_operands(m, n, k, seed=2):
-    x, w = _operands(m, n, k, np.float32, seed=seed)
-    return x, w
-
-
 def _fp32_sum(x, w):
     return x.astype(np.float32) @ w.astype(np.float32)  # fp32 accumulation
 
@@ -111,7 +106,7 @@ def _failed(checks):
 
 @pytest.mark.parametrize("k", [64, 4096])
 def test_bf16_and_fp16_results_pass_their_own_tolerance_and_coarser_ones_fail(k):
-    x, w = _tensor_operands(64, 48, k)
+    x, w = _operands(64, 48, k, np.float32, seed=2)
     xb, wb = float32_to_bf16_bits(np, x), float32_to_bf16_bits(np, w)
     exact = _fp32_sum(bf16_bits_to_float32(np, xb), bf16_bits_to_float32(np, wb))
     checks, _, _ = check_gemm(xb, wb, float32_to_bf16_bits(np, exact), "nn", "bf16")
@@ -129,7 +124,7 @@ def test_bf16_and_fp16_results_pass_their_own_tolerance_and_coarser_ones_fail(k)
 
 @pytest.mark.parametrize("k", [64, 4096])
 def test_tf32_inputs_pass_tf32_fail_fp32_and_bf16_inputs_fail_tf32(k):
-    x, w = _tensor_operands(64, 48, k)
+    x, w = _operands(64, 48, k, np.float32, seed=2)
     tf32 = _fp32_sum(_round_mantissa(x, 10), _round_mantissa(w, 10))
     assert _failed(check_gemm(x, w, tf32, "nn", "tf32")[0]) == set()
     # an fp32 GEMM that ran on TF32 tensor cores (a math mode leaking into fp32) is caught

@@ -28,19 +28,8 @@ DEFAULT_EVENTS = CounterSettings().perf_events  # the schema's default
 
 def test_perf_stat_command():
     cmd = perf_stat_command(DEFAULT_EVENTS, ["python", "-c", "pass"], output_path="/tmp/p.txt")
-    assert cmd.argv == (
-        "perf",
-        "stat",
-        "-x,",
-        "-e",
-        "cycles,instructions,LLC-load-misses,LLC-loads,cache-misses",
-        "-o",
-        "/tmp/p.txt",
-        "--",
-        "python",
-        "-c",
-        "pass",
-    )
+    events = "cycles,instructions,LLC-load-misses,LLC-loads,cache-misses"
+    assert cmd.argv == tuple(f"perf stat -x, -e {events} -o /tmp/p.txt -- python -c pass".split())
     with pytest.raises(ValueError):
         perf_stat_command([], ["true"])
 
@@ -152,9 +141,8 @@ def test_pmu_note_and_line_size_from_sysfs_shaped_folders(tmp_path):
     ):
         folder = cache / f"index{index}"
         folder.mkdir(parents=True)
-        (folder / "level").write_text(f"{level}\n")
-        (folder / "type").write_text(f"{kind}\n")
-        (folder / "coherency_line_size").write_text(f"{line}\n")
+        for name, value in (("level", level), ("type", kind), ("coherency_line_size", line)):
+            (folder / name).write_text(f"{value}\n")
     assert llc_line_bytes(cache) == 128
     assert llc_line_bytes(tmp_path / "none") is None
 

@@ -45,11 +45,11 @@ def _module_of(node: ast.expr) -> str | None:
 
 def _uses(path: Path, modules) -> list[tuple[str, str, ast.AST]]:
     """(module, attribute, node) of every `module.attribute` in the file, calls included."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Attribute) and _module_of(node.value) in modules:
-            found.append((_module_of(node.value), node.attr, node))
-    return found
+    return [
+        (_module_of(node.value), node.attr, node)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and _module_of(node.value) in modules
+    ]
 
 
 def _calls(path: Path, modules) -> list[tuple[str, str, ast.Call]]:

@@ -56,10 +56,9 @@ def test_nvcc_compiles(tmp_path, source, arch):
     assert (tmp_path / f"{source.stem}.cubin").stat().st_size > 0
 
 
+@needs_nvcc
 def test_nvcc_rejects_a_broken_kernel(tmp_path):
     """The compile test can fail: a syntax error is caught without a GPU."""
-    if NVCC is None:
-        pytest.skip("nvcc is not on PATH")
     broken = tmp_path / "broken.cu"
     broken.write_text(kernel_source("stream").replace("double2 v;", "double2 v", 1))
     result = subprocess.run(

@@ -3,6 +3,7 @@
 
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from scipy.stats import binom
@@ -62,16 +63,15 @@ def _run(stopper: Stopper, values, seconds_each: float = 0.01):
     raise AssertionError("never stopped")
 
 
-def test_a_quiet_measurement_stops_at_its_floors():
-    rule = StoppingRule(rel_width=0.02, min_samples=10, max_time_s=100)
-    stop, taken = _run(Stopper(rule, max_disturbed=20), [1.0] * 1000)
-    assert stop.reason == StopReason.CONVERGED and len(taken) == 10
-
-
-def test_the_time_floor_holds_even_when_the_width_is_reached():
-    rule = StoppingRule(rel_width=0.02, min_samples=10, min_time_s=0.5, max_time_s=100)
+@pytest.mark.parametrize(
+    ("min_time_s", "samples"),
+    [(0.0, 10), (0.5, 50)],  # the time floor holds even when the width is reached
+    ids=["at_the_sample_floor", "at_the_time_floor"],
+)
+def test_a_quiet_measurement_stops_at_its_floors(min_time_s, samples):
+    rule = StoppingRule(rel_width=0.02, min_samples=10, min_time_s=min_time_s, max_time_s=100)
     stop, taken = _run(Stopper(rule, max_disturbed=20), [1.0] * 1000, seconds_each=0.01)
-    assert stop.reason == StopReason.CONVERGED and len(taken) == 50
+    assert stop.reason == StopReason.CONVERGED and len(taken) == samples
 
 
 def test_a_noisy_measurement_samples_on_and_stops_at_its_cap_saying_so():
@@ -118,14 +118,7 @@ def test_measure_stores_how_it_stopped():
     def jittery():
         time.sleep(random.choice([0.0001, 0.002]))
 
-    strict = TimingSettings(
-        warmup_s=0.001,
-        min_time_s=0.001,
-        min_samples=8,
-        rel_width=1e-6,
-        max_time_s=0.2,
-        disturbance=unjudged,
-    )
+    strict = replace(loose, min_time_s=0.001, rel_width=1e-6, max_time_s=0.2)
     started = time.perf_counter()
     measured = measure(jittery, backend, strict, CacheState.WARM)
     assert time.perf_counter() - started >= 0.2
