@@ -48,17 +48,10 @@ def config_id(dtype: str, m: int) -> str:
 def _run(run_id: str, kind: str, started: datetime, sweep: str | None = None) -> dict:
     """constructed_counters' runs row, on this module's machine (an H200's name and L2)."""
     row = runs_row(run_id, kind, started, sweep)
-    machine = json.loads(row["machine"]) | {
-        "machine_id": MACHINE_ID,
-        "gpu": {"name": DEVICE, "l2_bytes": 50 << 20},
-    }
-    return row | {
-        "schema_version": 3,
-        "host": HOST,
-        "machine_id": MACHINE_ID,
-        "device_name": DEVICE,
-        "machine": json.dumps(machine),
-    }
+    gpu = {"name": DEVICE, "l2_bytes": 50 << 20}
+    machine = json.loads(row["machine"]) | {"machine_id": MACHINE_ID, "gpu": gpu}
+    row |= {"schema_version": 3, "host": HOST, "machine_id": MACHINE_ID, "device_name": DEVICE}
+    return row | {"machine": json.dumps(machine)}
 
 
 def ceiling_rows(run_id: str, changes: dict | None = None) -> list[dict]:
@@ -77,51 +70,23 @@ def gemm_points(run_id: str, dtype: str) -> list[dict]:
     for m in MS:
         ledger = gemm_ledger(m, N, K, x, w, y, tensor_scales=scales)
         median = times[m]
-        rows.append(
-            {
-                "run_id": run_id,
-                "kind": "gemm",
-                "config_id": config_id(dtype, m),
-                "sweep": f"reuse_{dtype}",
-                "m": m,
-                "n": N,
-                "k": K,
-                "dtype": dtype,
-                "x_dtype": x,
-                "w_dtype": w,
-                "y_dtype": y,
-                "layout": "nt",
-                "cache_state": "cold",
-                "n_samples": 20,
-                "median_s": median,
-                "p25_s": median * 0.99,
-                "p75_s": median * 1.01,
-                "flops": ledger.flops,  # 2MNK: OP for int8 (its work unit), FLOP for the rest
-                "bytes_model": ledger.bytes,
-                "achieved_flops_per_s": ledger.flops / median,
-                "noisy": False,
-                "disturbed": False,
-            }
-        )
+        row = {"run_id": run_id, "kind": "gemm", "config_id": config_id(dtype, m)}
+        row |= {"sweep": f"reuse_{dtype}", "m": m, "n": N, "k": K, "dtype": dtype}
+        row |= {"x_dtype": x, "w_dtype": w, "y_dtype": y, "layout": "nt", "cache_state": "cold"}
+        row |= {"n_samples": 20, "median_s": median, "p25_s": median * 0.99, "p75_s": median * 1.01}
+        # 2MNK: OP for int8 (its work unit), FLOP for the rest
+        row |= {"flops": ledger.flops, "bytes_model": ledger.bytes}
+        row |= {"achieved_flops_per_s": ledger.flops / median, "noisy": False, "disturbed": False}
+        rows.append(row)
     return rows
 
 
 def write_campaign(results: Path, changes: dict | None = None) -> dict[str, list[Path]]:
     """A ceilings run and one sweep run per dtype under `results`, as the workflow keeps them."""
     ceilings_id = "20260701T000000Z-c1000000"
-    out = {
-        "ceilings": [
-            write_run(
-                results / "ceilings" / "runs",
-                ceilings_id,
-                {
-                    "runs": [_run(ceilings_id, "ceilings", T0)],
-                    "ceilings": ceiling_rows(ceilings_id, changes),
-                },
-            )
-        ],
-        "gemm": [],
-    }
+    tables = {"runs": [_run(ceilings_id, "ceilings", T0)]}
+    tables["ceilings"] = ceiling_rows(ceilings_id, changes)
+    out = {"ceilings": [write_run(results / "ceilings" / "runs", ceilings_id, tables)], "gemm": []}
     for i, dtype in enumerate(GEMMS):
         run_id = f"20260701T0{i + 1}0000Z-g{i}000000"
         sweep = f"reuse_{dtype}"

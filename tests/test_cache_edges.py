@@ -160,11 +160,8 @@ def test_noise_and_a_slow_point_on_a_plateau_move_no_edge():
     for index, size in enumerate(sorted(noisy)):
         noisy[size] *= 1 + (0.04 if index % 2 else -0.04) * (size < 90 * MiB)
     noisy[16 * MiB] = 41.0  # a slow spell of the shared machine: off the plateau, then back
-    assert [e.measured_bytes for e in find_edges(noisy, VM_CACHES)] == [
-        64 * KiB,
-        2 * MiB,
-        64 * MiB,
-    ]
+    edges = [e.measured_bytes for e in find_edges(noisy, VM_CACHES)]
+    assert edges == [64 * KiB, 2 * MiB, 64 * MiB]
 
 
 def test_a_level_whose_fall_is_not_seen_keeps_its_reported_size_and_says_so():

@@ -26,13 +26,14 @@ FILLER = "filler"
 
 
 class Disk:
-    """A mounted tmpfs: `fill()` writes FILLER until the device refuses a byte; `files()` is
-    every path under it but FILLER, to compare before and after a failed write."""
+    """A mounted tmpfs: `fill()` writes FILLER until the device refuses a byte and gives
+    `files()` then; `files()` is every path under it but FILLER, to compare before and after a
+    failed write."""
 
     def __init__(self, root: Path):
         self.root = root
 
-    def fill(self) -> None:
+    def fill(self) -> set[Path]:
         handle = os.open(self.root / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             while True:
@@ -41,6 +42,7 @@ class Disk:
             assert error.errno == errno.ENOSPC, error
         finally:
             os.close(handle)
+        return self.files()
 
     def free(self) -> None:
         (self.root / FILLER).unlink()
@@ -116,8 +118,7 @@ def test_a_job_that_keeps_its_run_on_a_full_disk_fails_in_one_line_and_keeps_not
     measured = gemm_run(tmp_path / "measured")  # the tables a job returns, from a real run
     receipt = disk.root / "sweeps" / "decode" / "time_gemm.json"
     receipt.parent.mkdir(parents=True)
-    disk.fill()
-    before = disk.files()
+    before = disk.fill()
     log = tmp_path / "time_gemm.log"
     result = in_a_job(
         """
@@ -142,8 +143,7 @@ def test_a_receipt_on_a_full_disk_is_one_line_and_leaves_no_temporary(disk, tmp_
     """The ingest job's last step, write_receipt: the old receipt stays as it was."""
     receipt = disk.root / "ingest.json"
     receipt.write_text('{"added": []}\n')
-    disk.fill()
-    before = disk.files()
+    before = disk.fill()
     log = tmp_path / "ingest.log"
     result = in_a_job(
         """
@@ -186,8 +186,7 @@ def stored_on_disk(disk):
 
 def test_ingest_on_a_full_disk_is_one_line_and_the_store_keeps_what_it_had(disk, stored_on_disk):
     results, db, new_run = stored_on_disk
-    disk.fill()
-    before = disk.files()
+    before = disk.fill()
     result = run_rooflab("store", "ingest", "--db", db, "--results", results)
     assert result.returncode == 2, result.stderr
     line = one_error_line(result.stderr, db)
@@ -205,8 +204,7 @@ def test_ingest_on_a_full_disk_is_one_line_and_the_store_keeps_what_it_had(disk,
 def test_a_new_store_on_a_full_disk_leaves_no_empty_file(disk):
     results = disk.root / "results"
     gemm_run(results)
-    disk.fill()
-    before = disk.files()
+    before = disk.fill()
     db = results / "rooflab.duckdb"
     result = run_rooflab("store", "ingest", "--db", db, "--results", results)
     assert result.returncode == 2
@@ -217,8 +215,7 @@ def test_a_new_store_on_a_full_disk_leaves_no_empty_file(disk):
 def test_rebuild_on_a_full_disk_keeps_the_store_and_removes_the_new_one(disk, stored_on_disk):
     results, db, _ = stored_on_disk
     digest = hashlib.sha256(db.read_bytes()).hexdigest()
-    disk.fill()
-    before = disk.files()
+    before = disk.fill()
     with pytest.raises(DiskFull, match=r"no space left on the device \(writing the new store\)"):
         rebuild(db, results)
     assert disk.files() == before  # no `.rooflab.duckdb.rebuild-<pid>` nor its WAL

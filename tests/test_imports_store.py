@@ -15,11 +15,12 @@ from rooflab.cli import main
 from rooflab.experiments.imported_runs import import_tables
 from rooflab.imports import read_profile
 from rooflab.records import write_run
-from rooflab.roofline import analyse_results, write_analysis
-from rooflab.store import connect_read_only, ingest, query
+from rooflab.roofline import analyse_results
+from rooflab.store import connect_read_only
 from rooflab.store.import_comparisons import compare_imports
-
-TRACES = Path(__file__).parent / "fixtures" / "torch"
+from tests.import_store import TRACES
+from tests.report_pages import store_of
+from tests.store_runs import rows
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +42,7 @@ def store(tmp_path_factory, quick_ceilings_run):
     tables = import_tables(read_profile("ncu", export), "gemm", select_backend("auto"))
     runs["gemm"] = tables["runs"][0]["run_id"]
     write_run(results / "imports" / "gemm" / "runs", runs["gemm"], tables)
-    write_analysis(analyse_results(results), results / "roofline")
-    db = results.parent / "rooflab.duckdb"
-    ingest(db, results)
-    return db, runs
-
-
-def rows(db, sql):
-    return query(db, sql).to_pylist()
+    return store_of(results, analyse_results(results)), runs
 
 
 def test_an_import_run_keeps_where_its_profile_came_from(store):
@@ -60,11 +54,8 @@ def test_an_import_run_keeps_where_its_profile_came_from(store):
     (run,) = rows(db, f"SELECT kind, sweep, git_commit FROM runs WHERE run_id = '{runs['mlp']}'")
     assert (run["kind"], run["sweep"]) == ("import", "mlp") and run["git_commit"]
     operators = rows(db, f"SELECT * FROM imported_operators WHERE run_id = '{runs['mlp']}'")
-    assert (
-        len(operators)
-        == profile["operators"]
-        == len(read_profile("torch", TRACES / "mlp.json.gz").operators)
-    )
+    recorded = read_profile("torch", TRACES / "mlp.json.gz").operators
+    assert len(operators) == profile["operators"] == len(recorded)
     addmm = next(o for o in operators if o["op"] == "aten::addmm")
     assert json.loads(addmm["input_dims"])[1] == [64, 256]  # the batch's activations
     assert addmm["flops"] == 2 * 64 * 256 * 512 and addmm["nested"] and addmm["parent"] is not None
@@ -95,11 +86,8 @@ def test_a_gpus_export_is_never_placed_under_a_cpus_roofs(store):
 
 def test_two_traces_of_one_model_are_compared_operator_by_operator(store):
     db, runs = store
-    connection = connect_read_only(db)
-    try:
+    with connect_read_only(db) as connection:
         compared = compare_imports(connection, runs["mlp_unfused"], runs["mlp"])
-    finally:
-        connection.close()
     keys = {row["key"] for row in compared}
     # the backward matmuls are in both traces, three steps of each: three samples per key
     assert any(key.startswith("aten::mm [[64, 128], [128, 512]]") for key in keys)

@@ -14,8 +14,8 @@ from rooflab.backends import cuda_host_link
 from rooflab.config import ConfigError
 from rooflab.devices import load_device_presets
 from rooflab.report import build_report
-from rooflab.roofline import build_analysis, write_analysis
-from rooflab.store import ingest, query
+from rooflab.roofline import build_analysis
+from rooflab.store import query
 from rooflab.vocabulary import (
     HOST_LEVEL,
     INTEGER_PATHS,
@@ -24,6 +24,7 @@ from rooflab.vocabulary import (
     path_unit,
 )
 from tests import constructed_integer as constructed
+from tests.report_pages import channel_of, spec_rows, store_of
 
 # -- datasheet presets and vocabulary -----------------------------------------------------------
 
@@ -117,10 +118,7 @@ def test_a_point_is_never_placed_under_a_roof_of_another_unit(tmp_path, changes,
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     results = tmp_path_factory.mktemp("integer") / "results"
-    analysis, _ = _points(results)
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
+    db = store_of(results, _points(results)[0])
     return {"db": db, "report": build_report(db, results.parent / "report", images=False)}
 
 
@@ -140,10 +138,8 @@ def test_views_carry_each_points_work_unit_and_each_roofs_unit(campaign):
     }
     assert (ceilings["int8_tensor"]["unit"], ceilings["int8_tensor"]["value"]) == ("OP/s", 1.4e15)
     assert ceilings["fp8_tensor"]["unit"] == "FLOP/s"
-    assert (ceilings["bf16_tensor"]["kernel"], ceilings["bf16_tensor"]["value"]) == (
-        "cublaslt_matmul",
-        760e12,
-    )
+    bf16 = ceilings["bf16_tensor"]
+    assert (bf16["kernel"], bf16["value"]) == ("cublaslt_matmul", 760e12)
     sheet = query(
         db, "SELECT name, value, unit FROM latest_datasheet_roofs WHERE kind = 'compute'"
     ).to_pylist()
@@ -157,38 +153,18 @@ def test_views_carry_each_points_work_unit_and_each_roofs_unit(campaign):
 # -- the report ---------------------------------------------------------------------------------
 
 
-def _rows(spec: dict) -> list[dict]:
-    return [row for rows in spec.get("datasets", {}).values() for row in rows]
-
-
 def _titles(spec: dict, channel: str) -> set[str]:
-    found = set()
-
-    def walk(node):
-        if isinstance(node, dict):
-            encoding = node.get("encoding", {}).get(channel, {})
-            if "title" in encoding:
-                found.add(encoding["title"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(spec)
-    return found
+    return {encoding["title"] for encoding in channel_of(spec, channel) if "title" in encoding}
 
 
 def test_the_flop_roofline_leaves_every_op_per_s_roof_and_int8_point_off(campaign):
     report = campaign["report"]
     assert report.charts[:2] == ["roofline", "integer_roofline"]
     spec = report.specs["roofline"]
-    rows = _rows(spec)
+    rows = spec_rows(spec)
     roofs = {r["ceiling"] for r in rows if "ceiling" in r}
     assert not any("int8" in roof or re.search(r"(?<!FL)OP/s", roof) for roof in roofs), roofs
-    assert (
-        "fp8_tensor 1.3 PFLOP/s (library)" in roofs and "bf16_tensor 760 TFLOP/s (library)" in roofs
-    )
+    assert {"fp8_tensor 1.3 PFLOP/s (library)", "bf16_tensor 760 TFLOP/s (library)"} <= roofs
     assert "fp8 1.979 PFLOP/s (datasheet NVIDIA H200 SXM 141GB)" in roofs
     drawn = {r["dtype"] for r in rows if "achieved_flops_per_s" in r}
     assert drawn == {"bf16", "fp8_e4m3"}
@@ -197,7 +173,7 @@ def test_the_flop_roofline_leaves_every_op_per_s_roof_and_int8_point_off(campaig
 
 def test_the_integer_roofline_draws_int8_in_op_per_s_with_its_datasheet_figure(campaign):
     spec = campaign["report"].specs["integer_roofline"]
-    rows = _rows(spec)
+    rows = spec_rows(spec)
     roofs = {r["ceiling"] for r in rows if "ceiling" in r}
     assert "int8_tensor 1.4 POP/s (library)" in roofs
     assert "int8 1.979 POP/s (datasheet NVIDIA H200 SXM 141GB)" in roofs
@@ -207,23 +183,10 @@ def test_the_integer_roofline_draws_int8_in_op_per_s_with_its_datasheet_figure(c
     assert {r["dtype"] for r in points} == {"int8"} and len(points) == 2
     assert _titles(spec, "y") >= {"Performance (OP/s)"}
     assert _titles(spec, "x") >= {"Arithmetic intensity (OP/byte)"}
-    tooltips = {t.get("title", "") for t in _tooltips(spec)}
+    tooltips = {t.get("title", "") for ts in channel_of(spec, "tooltip") for t in ts}
     assert {"achieved (OP/s)", "attainable (OP/s)", "intensity (OP/byte)"} <= tooltips
     assert not any("FLOP" in title for title in tooltips)
     assert spec["title"]["text"].startswith("Integer Roofline (OP/s): ")
-
-
-def _tooltips(spec) -> list[dict]:
-    found = []
-    if isinstance(spec, dict):
-        tooltip = spec.get("encoding", {}).get("tooltip")
-        found += tooltip if isinstance(tooltip, list) else []
-        for value in spec.values():
-            found += _tooltips(value)
-    elif isinstance(spec, list):
-        for value in spec:
-            found += _tooltips(value)
-    return found
 
 
 def test_the_page_says_where_int8_is_drawn_and_shows_it_in_op_per_s(campaign):
@@ -243,9 +206,8 @@ def test_a_machine_without_integer_work_gets_no_integer_roofline(tmp_path):
 
     results = tmp_path / "results"
     runs = constructed_counters.write_campaign(results)
-    write_analysis(build_analysis([runs["ceilings"]], [runs["gemm"]]), results / "roofline")
-    ingest(results / "rooflab.duckdb", results)
-    report = build_report(results / "rooflab.duckdb", tmp_path / "report", images=False)
+    db = store_of(results, build_analysis([runs["ceilings"]], [runs["gemm"]]))
+    report = build_report(db, tmp_path / "report", images=False)
     assert "roofline" in report.charts and "integer_roofline" not in report.charts
     assert "Not on this chart" not in report.index.read_text()
 
@@ -256,21 +218,12 @@ def test_machines_side_by_side_keep_int8_off_the_flop_panels_and_in_op_per_s_in_
     from rooflab.report.machine_charts import MachineRoofs, ceilings_table, machines_roofline
 
     def ceilings(int8: float) -> pd.DataFrame:
-        return pd.DataFrame(
-            [
-                {
-                    "kind": "bandwidth",
-                    "name": "HBM",
-                    "kernel": "read",
-                    "value": 4e12,
-                    "unit": "B/s",
-                },
-                {"kind": "compute", "name": "bf16_tensor", "kernel": "cublaslt_matmul"}
-                | {"value": 7e14, "unit": "FLOP/s"},
-                {"kind": "compute", "name": "int8_tensor", "kernel": "cublaslt_matmul"}
-                | {"value": int8, "unit": "OP/s"},
-            ]
-        )
+        roofs = [
+            ("bandwidth", "HBM", "read", 4e12, "B/s"),
+            ("compute", "bf16_tensor", "cublaslt_matmul", 7e14, "FLOP/s"),
+            ("compute", "int8_tensor", "cublaslt_matmul", int8, "OP/s"),
+        ]
+        return pd.DataFrame(roofs, columns=["kind", "name", "kernel", "value", "unit"])
 
     points = pd.DataFrame(
         [
@@ -284,7 +237,7 @@ def test_machines_side_by_side_keep_int8_off_the_flop_panels_and_in_op_per_s_in_
         MachineRoofs("b", "mb", ceilings(6e14), points),
     ]
     chart = machines_roofline(machines).to_dict()
-    rows = _rows(chart)
+    rows = spec_rows(chart)
     assert {r["roof"] for r in rows if "roof" in r} == {"HBM", "bf16_tensor"}
     assert {r["config_id"] for r in rows if "config_id" in r} == {"r/bf16/nt/m1"}
     table = ceilings_table(machines).set_index("ceiling")

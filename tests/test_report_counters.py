@@ -12,6 +12,7 @@ from rooflab.report.counter_charts import (
     model_vs_counted_chart,
     model_vs_counted_table,
 )
+from rooflab.report.summary import counters_summary_html
 
 CEILINGS = {"HBM": 4.0e12, "L2": 1.2e13, "bf16_tensor": 7.0e14}
 CONFIGS = [  # m, cold median (s), counted HBM, L2, L1 bytes
@@ -50,10 +51,6 @@ def ceilings() -> pd.DataFrame:
     )
 
 
-def layers(spec: dict) -> list[dict]:
-    return spec["layer"]
-
-
 def data_of(spec: dict, layer: dict) -> list[dict]:
     return spec["datasets"][layer["data"]["name"]]
 
@@ -62,13 +59,17 @@ def mark(layer: dict) -> str:
     return layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
 
 
+def marked(spec: dict, kind: str) -> list[dict]:
+    """The layers whose mark is `kind` ("point", "line", "text"), in drawing order."""
+    return [la for la in spec["layer"] if mark(la) == kind]
+
+
 def test_hierarchical_chart_moves_the_label_of_a_close_lower_roof_under_its_line():
     close = pd.concat(
         [ceilings(), pd.DataFrame([{"kind": "bandwidth", "name": "L1", "value": 1.3e13}])]
     )
     spec = hierarchical_roofline_chart(points(), close).to_dict()
-    texts = [la for la in layers(spec) if mark(la) == "text"]
-    dy = {row["roof"]: la["mark"]["dy"] for la in texts for row in data_of(spec, la)}
+    dy = {row["roof"]: la["mark"]["dy"] for la in marked(spec, "text") for row in data_of(spec, la)}
     # L1 13 TB/s and L2 12 TB/s: 1.08x apart, labelled at the same edge
     assert dy["L1 13 TB/s"] == -7 and dy["L2 12 TB/s"] == 13
     assert dy["HBM 4 TB/s"] == -7 and dy["bf16_tensor 700 TFLOP/s"] == -7
@@ -76,7 +77,7 @@ def test_hierarchical_chart_moves_the_label_of_a_close_lower_roof_under_its_line
 
 def test_hierarchical_chart_one_point_per_level_per_configuration_joined_per_configuration():
     spec = hierarchical_roofline_chart(points(), ceilings()).to_dict()
-    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    (point_layer,) = marked(spec, "point")
     rows = data_of(spec, point_layer)
     assert sorted((r["config_id"], r["level"]) for r in rows) == sorted(
         (config_id(m), level) for m, *_ in CONFIGS for level in ("HBM", "L2", "L1")
@@ -94,10 +95,8 @@ def test_hierarchical_chart_one_point_per_level_per_configuration_joined_per_con
     assert {r["median_s_text"] for r in rows} == {"30 μs", "250 μs"}
     (join,) = [
         la
-        for la in layers(spec)
-        if mark(la) == "line"
-        and "detail" in la["encoding"]
-        and la["encoding"]["detail"]["field"] == "config_id"
+        for la in marked(spec, "line")
+        if la["encoding"].get("detail", {}).get("field") == "config_id"
     ]
     assert join["encoding"]["order"]["field"] == "x"
     assert data_of(spec, join) == rows
@@ -106,7 +105,7 @@ def test_hierarchical_chart_one_point_per_level_per_configuration_joined_per_con
 def test_hierarchical_chart_axes_roofs_and_tooltips():
     spec = hierarchical_roofline_chart(points(), ceilings()).to_dict()
     x_titles, y_titles = set(), set()
-    for layer in layers(spec):
+    for layer in spec["layer"]:
         enc = layer["encoding"]
         assert "tooltip" in enc, f"{mark(layer)} layer without tooltip"
         assert enc["x"]["scale"]["type"] == "log" and enc["y"]["scale"]["type"] == "log"
@@ -114,10 +113,10 @@ def test_hierarchical_chart_axes_roofs_and_tooltips():
         y_titles.add(enc["y"].get("title"))
     assert "Arithmetic intensity (FLOP/byte)" in x_titles
     assert "Performance (FLOP/s)" in y_titles
-    labels = [r["roof"] for la in layers(spec) if mark(la) == "text" for r in data_of(spec, la)]
+    labels = [r["roof"] for la in marked(spec, "text") for r in data_of(spec, la)]
     assert sorted(labels) == ["HBM 4 TB/s", "L2 12 TB/s", "bf16_tensor 700 TFLOP/s"]
     # each bandwidth roof is coloured as its level's points, so a point reads against its own roof
-    (roofs,) = [la for la in layers(spec) if mark(la) == "line" and "color" in la["encoding"]]
+    (roofs,) = [la for la in marked(spec, "line") if "color" in la["encoding"]]
     assert roofs["encoding"]["color"]["field"] == "level"
     assert {r["level"] for r in data_of(spec, roofs)} == {"HBM", "L2"}
     for row in data_of(spec, roofs):  # y = B·x on the roof
@@ -126,16 +125,14 @@ def test_hierarchical_chart_axes_roofs_and_tooltips():
 
 def test_hierarchical_chart_roofs_meet_at_their_ridges_and_everything_is_inside_the_axes():
     spec = hierarchical_roofline_chart(points(), ceilings()).to_dict()
-    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    (point_layer,) = marked(spec, "point")
     x_domain = point_layer["encoding"]["x"]["scale"]["domain"]
     y_domain = point_layer["encoding"]["y"]["scale"]["domain"]
-    (roof_layer,) = [la for la in layers(spec) if mark(la) == "line" and "color" in la["encoding"]]
+    (roof_layer,) = [la for la in marked(spec, "line") if "color" in la["encoding"]]
     (compute_layer,) = [
         la
-        for la in layers(spec)
-        if mark(la) == "line"
-        and la["encoding"].get("detail", {}).get("field") == "roof"
-        and "color" not in la["encoding"]
+        for la in marked(spec, "line")
+        if la["encoding"].get("detail", {}).get("field") == "roof" and "color" not in la["encoding"]
     ]
     peak, fastest = CEILINGS["bf16_tensor"], max(CEILINGS["HBM"], CEILINGS["L2"])
     for level in ("HBM", "L2"):  # from the left edge up to the compute roof
@@ -149,18 +146,16 @@ def test_hierarchical_chart_roofs_meet_at_their_ridges_and_everything_is_inside_
     assert all(x_domain[0] <= r["x"] <= x_domain[1] * (1 + 1e-12) for r in drawn)
     assert all(y_domain[0] < r["y"] < y_domain[1] for r in drawn)
     # labels: bandwidth roofs at their left end, the compute roof at its right end
-    texts = {r["roof"]: r for la in layers(spec) if mark(la) == "text" for r in data_of(spec, la)}
+    texts = {r["roof"]: r for la in marked(spec, "text") for r in data_of(spec, la)}
     assert texts["HBM 4 TB/s"]["x"] == pytest.approx(x_domain[0])
     assert texts["L2 12 TB/s"]["y"] == pytest.approx(CEILINGS["L2"] * x_domain[0])
-    assert (texts["bf16_tensor 700 TFLOP/s"]["x"], texts["bf16_tensor 700 TFLOP/s"]["y"]) == (
-        pytest.approx(x_domain[1]),
-        peak,
-    )
+    compute_label = texts["bf16_tensor 700 TFLOP/s"]
+    assert (compute_label["x"], compute_label["y"]) == (pytest.approx(x_domain[1]), peak)
 
     # a ridge right of every point still lies inside the axes (the axes reach 4x past it)
     faster = ceilings().replace({"value": {7.0e14: 7.0e15}})
     spec = hierarchical_roofline_chart(points(), faster).to_dict()
-    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    (point_layer,) = marked(spec, "point")
     assert max(r["x"] for r in data_of(spec, point_layer)) < 7.0e15 / CEILINGS["HBM"]
     assert point_layer["encoding"]["x"]["scale"]["domain"][1] == pytest.approx(
         4 * 7.0e15 / CEILINGS["HBM"]
@@ -173,7 +168,7 @@ def test_hierarchical_chart_leaves_out_points_it_cannot_place():
     frame.loc[1, "intensity"] = 0.0
     frame.loc[2, "achieved_flops_per_s"] = 0.0
     spec = hierarchical_roofline_chart(frame, ceilings()).to_dict()
-    (point_layer,) = [la for la in layers(spec) if mark(la) == "point"]
+    (point_layer,) = marked(spec, "point")
     assert len(data_of(spec, point_layer)) == len(frame) - 3
 
 
@@ -189,9 +184,9 @@ def model_rows() -> pd.DataFrame:
 def test_model_vs_counted_chart_and_table():
     frame = model_rows()
     spec = model_vs_counted_chart(frame).to_dict()
-    for layer in layers(spec):
+    for layer in spec["layer"]:
         assert "tooltip" in layer["encoding"]
-    (dots,) = [la for la in layers(spec) if mark(la) == "point"]
+    (dots,) = marked(spec, "point")
     assert dots["encoding"]["x"]["title"] == "Bytes (B)"
     assert dots["encoding"]["x"]["scale"]["type"] == "log"
     sources = sorted({(r["config_id"], r["source"]) for r in data_of(spec, dots)})
@@ -200,7 +195,7 @@ def test_model_vs_counted_chart_and_table():
         for m, *_ in CONFIGS
         for s in ("model (cold-cache ledger)", "counted HBM (ncu)")
     )
-    (notes,) = [la for la in layers(spec) if mark(la) == "text"]
+    (notes,) = marked(spec, "text")
     texts = [r["note"] for r in data_of(spec, notes)]
     assert texts == [f"counted/model {r.ratio:.3g}: {r.direction}" for r in frame.itertuples()]
     assert texts[0].endswith("model over-counts") and texts[1].endswith("model under-counts")
@@ -233,8 +228,6 @@ def counters_state(*rows: tuple) -> pd.DataFrame:
 
 
 def test_counters_summary_names_replays_that_give_no_point_and_why():
-    from rooflab.report.summary import counters_summary_html
-
     state = counters_state(
         ("status", "main", "ok", None, 4),
         ("calibration", "main", "trusted", None, 1),
@@ -257,8 +250,6 @@ def test_counters_summary_names_replays_that_give_no_point_and_why():
 
 
 def test_counters_summary_scopes_an_unavailable_tool_to_its_sweeps():
-    from rooflab.report.summary import counters_summary_html
-
     alone = counters_summary_html(
         counters_state(("status", "main", "unavailable", "ERR_NVGPUCTRPERM", 1)), pd.DataFrame()
     )
@@ -284,8 +275,7 @@ def test_hierarchical_chart_rings_the_points_of_a_disturbed_timing():
     disturbed = frame.config_id == config_id(CONFIGS[0][0])
     frame = frame.assign(disturbed=disturbed, disturbance=disturbed.map({True: why, False: "no"}))
     spec = hierarchical_roofline_chart(frame, ceilings()).to_dict()
-    points_layers = [la for la in layers(spec) if mark(la) == "point"]
-    ring, dots = points_layers  # the ring under the points
+    ring, dots = marked(spec, "point")  # the ring under the points
     assert ring["mark"]["filled"] is False and ring["transform"][0] == {"filter": "datum.disturbed"}
     ringed = [r for r in data_of(spec, ring) if r["disturbed"]]
     assert sorted(r["level"] for r in ringed) == ["HBM", "L1", "L2"]
@@ -294,4 +284,4 @@ def test_hierarchical_chart_rings_the_points_of_a_disturbed_timing():
     assert "disturbed by other processes" in titles
     # a chart without disturbance columns (an older store) has no ring
     plain = hierarchical_roofline_chart(points(), ceilings()).to_dict()
-    assert len([la for la in layers(plain) if mark(la) == "point"]) == 1
+    assert len(marked(plain, "point")) == 1

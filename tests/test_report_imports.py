@@ -18,11 +18,11 @@ from rooflab.imports import read_profile
 from rooflab.imports.torch_timeline import trace_timeline
 from rooflab.records import write_run
 from rooflab.report.build import build_report
-from rooflab.roofline import analyse_results, write_analysis
+from rooflab.roofline import analyse_results
 from rooflab.roofline.imported_timeline import critical_path_rows
-from rooflab.store import ingest, query
 from tests.import_store import TRACES, import_store
-from tests.report_pages import layers_of, tables_of
+from tests.report_pages import layers_of, store_of, tables_of
+from tests.store_runs import rows
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +47,6 @@ def timeline():
 def report(store, tmp_path_factory):
     db, _, _ = store
     return build_report(db, tmp_path_factory.mktemp("report"), images=False)
-
-
-def rows(db, sql: str) -> list[dict]:
-    return query(db, sql).to_pylist()
 
 
 def test_each_lane_is_busy_and_waits_as_the_trace_says(store, timeline):
@@ -107,10 +103,8 @@ def test_top_operators_rank_by_share_of_the_end_to_end_time(store, timeline):
     top = rows(db, "SELECT * FROM imported_top_operators WHERE name = 'mlp' ORDER BY rank")
     assert [t["rank"] for t in top] == list(range(1, len(top) + 1))
     assert [t["op"] for t in top] == [t["op"] for t in expected["top_operators"]]
-    assert [t["share"] for t in top] == pytest.approx(
-        [t["share"] for t in expected["top_operators"]]
-    )
     shares = [t["share"] for t in top]
+    assert shares == pytest.approx([t["share"] for t in expected["top_operators"]])
     assert shares == sorted(shares, reverse=True) and 0.5 < sum(shares) <= 1
     assert sum(t["calls"] for t in top) == 48 and all(t["device_time_s"] is None for t in top)
     assert top[0]["op"] == "autograd::engine::evaluate_function: AddmmBackward0"
@@ -150,11 +144,9 @@ def test_the_gantt_chart_has_one_bar_per_top_level_operator(report, timeline):
     data = pd.DataFrame(spec["datasets"][bars["data"]["name"]])
     top = [op for op in profile.operators if not op["nested"]]
     assert sorted(data["index"]) == sorted(op["index"] for op in top)
-    assert bars["encoding"]["y"]["field"] == "lane"
-    assert (bars["encoding"]["x"]["field"], bars["encoding"]["x2"]["field"]) == (
-        "start_us",
-        "end_us",
-    )
+    encoding = bars["encoding"]
+    assert encoding["y"]["field"] == "lane"
+    assert (encoding["x"]["field"], encoding["x2"]["field"]) == ("start_us", "end_us")
     assert (data.end_us > data.start_us).all()
     tick = pd.DataFrame(spec["datasets"][ticks["data"]["name"]])
     assert len(tick) == 1 and tick.end_us.iloc[0] >= data.end_us.max()
@@ -162,21 +154,15 @@ def test_the_gantt_chart_has_one_bar_per_top_level_operator(report, timeline):
 
 def test_the_imported_roofline_draws_the_placed_operators(report, store):
     db, _, _ = store
-    placed = rows(db, "SELECT index FROM latest_imported_points WHERE name = 'mlp' "
+    placed = rows(db, "SELECT index, op FROM latest_imported_points WHERE name = 'mlp' "
                       "AND intensity IS NOT NULL")  # fmt: skip
     spec = report.specs["import_roofline_mlp"]
     points = [layer for layer in layers_of(spec) if _mark(layer) == "point"]
     drawn = {
         row["config_id"] for layer in points for row in spec["datasets"][layer["data"]["name"]]
     }
-    assert drawn == {f"#{p['index']} " + _op(db, p["index"]) for p in placed}
+    assert drawn == {f"#{p['index']} {p['op']}" for p in placed}
     assert len(placed) >= 12  # the six addmm and the backward mm, at least
-
-
-def _op(db, index: int) -> str:
-    (row,) = rows(db, f"SELECT op FROM latest_imported_points WHERE name = 'mlp' "
-                      f"AND index = {index}")  # fmt: skip
-    return row["op"]
 
 
 def _mark(layer: dict) -> str:
@@ -210,12 +196,10 @@ def test_a_gpu_kernel_on_the_path_leads_back_to_the_op_that_launched_it(tmp_path
     # in the store: its stream's launch-to-kernel gap, and the command line's line for it
     results = tmp_path / "results"
     write_run(results / "imports" / "gpu" / "runs", run_id, tables)
-    write_analysis(analyse_results(results), results / "roofline")
-    ingest(tmp_path / "rooflab.duckdb", results)
-    (lane,) = query(
-        tmp_path / "rooflab.duckdb",
-        "SELECT median_launch_delay_s, says FROM imported_timeline WHERE lane LIKE 'gpu%'",
-    ).to_pylist()
+    db = store_of(results, analyse_results(results))
+    (lane,) = rows(
+        db, "SELECT median_launch_delay_s, says FROM imported_timeline WHERE lane LIKE 'gpu%'"
+    )
     assert lane["median_launch_delay_s"] == pytest.approx(end - addmm["start_s"])
     assert "after their launch" in lane["says"]
     lines = timeline_lines(trace_timeline(profile))

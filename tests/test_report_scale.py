@@ -140,14 +140,11 @@ def test_distributions_and_changes_draw_the_most_telling_and_say_how_many_are_le
 
 def test_a_long_history_draws_each_keys_newest_runs_over_its_first(scale, monkeypatch):
     monkeypatch.setattr(history_charts, "HISTORY_RUNS", 3)  # 5 runs per key here
-    connection = connect_read_only(scale["db"])
-    try:
+    with connect_read_only(scale["db"]) as connection:
         (chart,) = history_charts.history_charts(
             connection, {**scale["scope"], "host": "h", "device_name": "d"}
         )
         full = queries.history(connection, scale["scope"])
-    finally:
-        connection.close()
     rows = [r for rows in chart.chart.to_dict()["datasets"].values() for r in rows if "ratio" in r]
     assert {row["position"] for row in rows} == {3, 4, 5}
     first = full[full.position == 1].set_index("key").value

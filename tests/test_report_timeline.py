@@ -14,6 +14,7 @@ from rooflab.report.timeline_charts import (
     gantt_frames,
     timeline_chart,
 )
+from tests.report_pages import layers_of
 
 EAGER = [  # two layers of four kernels, launch gaps of 4 μs between them
     ("gemv", 0), ("bias_add", 0), ("relu", 0), ("residual_add", 0),
@@ -26,20 +27,9 @@ def _kernel_rows(mode: str, kernels, gap_s: float) -> list[dict]:
     rows, start = [], 0.0
     for position, (kernel, layer) in enumerate(kernels):
         duration = 2e-6 if kernel == "gemv" else 1e-6
-        rows.append(
-            {
-                "run_id": "r1",
-                "config_id": f"decode/{mode}",
-                "scenario": "decode",
-                "mode": mode,
-                "position": position,
-                "layer": layer,
-                "kernel": kernel,
-                "start_s": start,
-                "end_s": start + duration,
-                "duration_s": duration,
-            }
-        )
+        row = {"run_id": "r1", "config_id": f"decode/{mode}", "scenario": "decode", "mode": mode}
+        row |= {"position": position, "layer": layer, "kernel": kernel, "start_s": start}
+        rows.append(row | {"end_s": start + duration, "duration_s": duration})
         start += duration + gap_s
     return rows
 
@@ -62,12 +52,6 @@ def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
     return kernels, steps
 
 
-def _layers(spec: dict) -> list[dict]:
-    if "mark" in spec:
-        return [spec]
-    return [unit for child in spec.get("layer", []) for unit in _layers(child)]
-
-
 def _mark(layer: dict) -> str:
     mark = layer["mark"]
     return mark if isinstance(mark, str) else mark["type"]
@@ -79,31 +63,26 @@ def spec() -> dict:
 
 
 def test_three_layers_bars_ticks_and_their_words(spec):
-    assert [_mark(layer) for layer in _layers(spec)] == ["bar", "tick", "text"]
+    assert [_mark(layer) for layer in layers_of(spec)] == ["bar", "tick", "text"]
     assert spec["title"]["text"] == "Timeline of one step: decode"
 
 
 def test_one_row_per_mode_in_run_order_a_mode_without_kernels_included(spec):
-    for layer in _layers(spec):
+    for layer in layers_of(spec):
         y = layer["encoding"]["y"]
         assert (y["field"], y["type"]) == ("mode", "nominal")
         assert y["sort"] == y["scale"]["domain"] == list(MODE_ORDER)
 
 
 def test_bars_run_from_start_to_end_in_microseconds_coloured_by_kernel(spec):
-    bars, ticks, _ = _layers(spec)
+    bars, ticks, _ = layers_of(spec)
     encoding = bars["encoding"]
     assert (encoding["x"]["field"], encoding["x2"]["field"]) == ("start_us", "end_us")
     assert "μs" in encoding["x"]["title"]
     assert encoding["color"]["field"] == "kernel"
     # the kernels present, in the order they run in a layer
-    assert encoding["color"]["scale"]["domain"] == [
-        "gemv",
-        "bias_add",
-        "relu",
-        "residual_add",
-        "bias_relu_residual",
-    ]
+    present = ["gemv", "bias_add", "relu", "residual_add", "bias_relu_residual"]
+    assert encoding["color"]["scale"]["domain"] == present
     assert set(encoding["color"]["scale"]["domain"]) <= set(KERNEL_ORDER)
     data = pd.DataFrame(spec["datasets"][bars["data"]["name"]])
     assert len(data) == len(EAGER) + len(FUSED)
@@ -118,7 +97,7 @@ def test_bars_run_from_start_to_end_in_microseconds_coloured_by_kernel(spec):
 
 
 def test_each_mode_has_a_tick_at_its_measured_step_with_its_times_said(spec):
-    _, ticks, text = _layers(spec)
+    _, ticks, text = layers_of(spec)
     assert ticks["encoding"]["x"]["field"] == text["encoding"]["x"]["field"] == "step_us"
     assert text["encoding"]["text"]["field"] == "says"
     data = pd.DataFrame(spec["datasets"][ticks["data"]["name"]]).set_index("mode")
@@ -133,15 +112,8 @@ def test_each_mode_has_a_tick_at_its_measured_step_with_its_times_said(spec):
 
 def test_gantt_frames_convert_to_microseconds_and_keep_the_run_order():
     bars, ticks = gantt_frames(*_frames())
-    assert list(bars.columns) == [
-        "mode",
-        "position",
-        "layer",
-        "kernel",
-        "start_us",
-        "end_us",
-        "duration_us",
-    ]
+    columns = ["mode", "position", "layer", "kernel", "start_us", "end_us", "duration_us"]
+    assert list(bars.columns) == columns
     assert bars.duration_us.sum() == pytest.approx((2 * 2 + 6 * 1) + (2 * 2 + 2 * 1))
     assert list(bars[bars["mode"] == "fused"].position) == [0, 1, 2, 3]
     assert set(ticks["mode"]) == {"eager", "graph", "fused"}

@@ -22,17 +22,19 @@ import pytest
 
 from rooflab.report import build_report
 from rooflab.report.summary import FURTHEST_SHOWN, UNPLACED_SHOWN
-from rooflab.roofline import analyse_results, roof_faults, write_analysis
-from rooflab.store import ingest, query
+from rooflab.roofline import analyse_results, roof_faults
+from rooflab.store import query
 from rooflab.vocabulary import DIAGNOSIS_CAUSES
 from rooflab.workflow import campaign_summary, write_receipt
-from tests.report_pages import tables_of
+from tests.report_pages import store_of, tables_of
 from tests.store_runs import T0, ceilings_run, gemm_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from many_runs import MACHINE_ID, write_many_runs
 
 BETA_SWEEPS = 15
+# m-alpha's 2 timed shapes and m-beta's 15 sweeps of those, the failed check: in two cache states
+UNPLACED = 2 * (2 + 2 * BETA_SWEEPS) + 2
 
 
 def _edit(run_dir: Path, table: str, column: str, where: str, change) -> None:
@@ -66,9 +68,7 @@ def campaign(tmp_path_factory):
         _edit(placed, "timed_points", column, too_large, lambda value: 100 * value)
 
     analysis = analyse_results(results)
-    write_analysis(analysis, results / "roofline")
-    db = results / "rooflab.duckdb"
-    ingest(db, results)
+    db = store_of(results, analysis)
     report = build_report(db, root / "report", images=False)
     receipts = []
     for run_dir in runs:
@@ -87,6 +87,13 @@ def campaign(tmp_path_factory):
     }
 
 
+def _summary(campaign, receipts: list[str]) -> list[str]:
+    """The lines the campaign's end prints for `receipts` (the ingest's receipt missing)."""
+    missing = str(campaign["root"] / "missing-ingest.json")
+    roofline = str(campaign["results"] / "roofline")
+    return campaign_summary(str(campaign["report"].index), missing, receipts, roofline=roofline)
+
+
 def test_every_unplaced_point_is_stored_with_its_reason(campaign):
     rows = query(
         campaign["db"],
@@ -97,13 +104,12 @@ def test_every_unplaced_point_is_stored_with_its_reason(campaign):
     for row in rows:
         assert row["machine_id"] == row["run_machine"] and row["why"] and row["sweep"]
         by_reason.setdefault(row["reason"], set()).add((row["machine_id"], row["config_id"]))
-    # m-alpha: 2 timed shapes x 2 cache states; m-beta: 15 sweeps of those; the failed check
     assert {reason: len(keys) for reason, keys in by_reason.items()} == {
         "no_compute_ceiling": 2,
         "no_ceilings_run": 2 * BETA_SWEEPS,
         "failed_check": 1,
     }
-    assert len(rows) == 2 * (2 + 2 * BETA_SWEEPS) + 2  # each key in two cache states
+    assert len(rows) == UNPLACED
     assert by_reason["failed_check"] == {(MACHINE_ID, campaign["failing"])}
     fp32 = [r["why"] for r in rows if r["reason"] == "no_compute_ceiling"]
     assert set(fp32) == {"no fp32_fma compute ceiling measured"}
@@ -139,7 +145,7 @@ def test_the_report_lists_each_unplaced_point_with_why_and_bounds_the_list(campa
 
 def test_a_newer_run_that_places_a_point_takes_it_off_the_list(campaign):
     view = query(campaign["db"], "SELECT * FROM latest_unplaced_points").to_pylist()
-    assert len(view) == 2 * (2 + 2 * BETA_SWEEPS) + 2  # each the newest timing of its key
+    assert len(view) == UNPLACED  # each the newest timing of its key
     assert {r["reason"] for r in view} == {"no_compute_ceiling", "no_ceilings_run", "failed_check"}
 
 
@@ -150,15 +156,9 @@ def test_a_ledger_100x_too_large_is_warned_of_in_the_log_and_on_the_terminal(cam
     faults = roof_faults(model)
     assert len(faults) == 1 and campaign["too_large"] in faults[0]
     assert faults[0].startswith(f"roof beaten on {MACHINE_ID}: 2 clean point(s) above fp64_fma")
-    lines = campaign_summary(
-        str(campaign["report"].index),
-        str(campaign["root"] / "missing-ingest.json"),
-        campaign["receipts"],
-        roofline=str(campaign["results"] / "roofline"),
-    )
-    unplaced = 2 * (2 + 2 * BETA_SWEEPS) + 2
+    lines = _summary(campaign, campaign["receipts"])
     assert (
-        f"rooflab: {unplaced} timed point(s) have no Roofline point (2 failed_check, "
+        f"rooflab: {UNPLACED} timed point(s) have no Roofline point (2 failed_check, "
         f"{4 * BETA_SWEEPS} no_ceilings_run, 4 no_compute_ceiling; "
         '`rooflab query "SELECT * FROM latest_unplaced_points"` says why)'
     ) in lines
@@ -170,12 +170,7 @@ def test_a_ledger_100x_too_large_is_warned_of_in_the_log_and_on_the_terminal(cam
 
 def test_the_summary_counts_only_the_campaigns_runs(campaign):
     alpha = [r for r in campaign["receipts"] if "/gemm/decode/" in r]
-    lines = campaign_summary(
-        str(campaign["report"].index),
-        str(campaign["root"] / "missing-ingest.json"),
-        alpha,
-        roofline=str(campaign["results"] / "roofline"),
-    )
+    lines = _summary(campaign, alpha)
     assert [line for line in lines if "no Roofline point" in line] == [
         'rooflab: 4 timed point(s) have no Roofline point (4 no_compute_ceiling; `rooflab query "'
         'SELECT * FROM latest_unplaced_points"` says why)'
