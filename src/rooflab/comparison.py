@@ -54,7 +54,7 @@ MAX_SAMPLES = 2000  # per side: evenly thinned above it (the pairwise difference
 # `inconclusive`: the samples' interval holds both no change and the effect; or
 # (store.comparisons) a verdict of the samples that is no judgement: a side disturbed or on a
 # busy machine, or slower but provisional
-VERDICTS = ("faster", "slower", "same", "incomparable", "inconclusive")
+VERDICTS = ("slower", "faster", "same", "incomparable", "inconclusive")  # in the order counted
 
 
 @dataclass(frozen=True)

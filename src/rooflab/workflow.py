@@ -25,7 +25,6 @@ from rooflab.records import (
     NotWritable,
     RecordError,
     check_writable,
-    find_run_folders,
     read_table_file,
     space_for,
     write_run,
@@ -126,13 +125,6 @@ def keep_run(tables: dict[str, list[dict]], receipt_path: str | os.PathLike, **e
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     return receipt
-
-
-def kept_runs(receipts: Iterable[str | os.PathLike]) -> list[Path]:
-    """Every run kept beside these receipts (`runs/<run_id>/`, oldest first, each once: receipts
-    of one folder share its runs); a hidden folder (a write that did not finish) is not a run."""
-    folders = dict.fromkeys(Path(receipt).parent / "runs" for receipt in receipts)
-    return [run.path for folder in folders for run in find_run_folders(folder)]
 
 
 # -- the Snakefile's side: progress on the terminal, and what a campaign says when it ends -------

@@ -64,7 +64,7 @@ from rooflab.backends.cuda_kernels import (
 )
 from rooflab.backends.cuda_stream import StreamLoads
 from rooflab.backends.random_operands import random_nonzero
-from rooflab.conditions.nvml import ConditionSampler, GpuMonitor
+from rooflab.conditions.nvml import ConditionSampler, GpuMonitor, _text
 
 HOLD_TIMEOUT_S = 2.0  # longest the stream-holding kernel waits for the host to let it go
 # Launches a held stream takes before it is let go: CUDA queues about a thousand per stream, and
@@ -489,7 +489,3 @@ class CudaBackend(StreamLoads, CublasLtGemms, Backend):
         if dtype in LT_ONLY_DTYPES:
             return self._lt.description(dtype)
         return f"cuBLAS gemmEx, {GEMM_TYPES[dtype].description}"
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -60,10 +60,6 @@ def _cuda_version(cupy) -> str:
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
-def cuda_available() -> bool:
-    return cuda_problem() is None
-
-
 def select_backend(name: str) -> Backend:
     """`cuda` needs a usable GPU (else one error saying what was looked for and what was found);
     `auto` is CUDA when a device is usable, else the CPU, and the run record says which and why."""

@@ -56,24 +56,23 @@ def add_format(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="table", help=FORMAT_HELP)
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expects a positive integer, got {text!r}")
-    return value
+def _int_at_least(lowest: int, expects: str):
+    """An argparse type: an integer of at least `lowest`, else one line saying what it expects."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lowest - 1
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"expects {expects}, got {text!r}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expects an integer >= 0, got {text!r}")
-    return value
+positive_int = _int_at_least(1, "a positive integer")
+non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -325,10 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         status = args.handler(args)
         sys.stdout.flush()  # a reader that went away is found here, not at exit
-    except UsageError as error:
-        print(f"rooflab: error: {error}", file=sys.stderr)
-        return 2
-    except INPUT_ERRORS as error:
+    except (UsageError, *INPUT_ERRORS) as error:
         print(f"rooflab: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:

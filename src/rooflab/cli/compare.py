@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from rooflab.cli.output import UsageError, print_rows
+from rooflab.comparison import VERDICTS
 
 JSON_COLUMNS = ("key", "kind", "name", "machine_id", "backend", "baseline_run_id")
 JSON_COLUMNS += ("candidate_run_id", "baseline_s", "candidate_s", "ratio", "ci_low", "ci_high")
@@ -67,9 +68,8 @@ def cmd_compare(args) -> int:
         )
     else:
         print_rows([{c: row[c] for c in JSON_COLUMNS} for row in rows], args.format)
-    verdicts = ("slower", "faster", "same", "incomparable", "inconclusive")
     provisional = sum(bool(r["provisional"]) for r in rows)
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in verdicts}
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     print(
         "rooflab: "
         + ", ".join(f"{n} {verdict}" for verdict, n in counts.items())

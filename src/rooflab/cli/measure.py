@@ -68,22 +68,9 @@ def cmd_measure_gemm(args) -> None:
     run_dir = write_run(args.out, tables["runs"][0]["run_id"], tables)
     print(f"rooflab: wrote {run_dir}", file=sys.stderr)
     failed = sorted({r["config_id"] for r in tables["correctness"] if not r["passed"]})
-    rows = [
-        {
-            "config_id": p["config_id"],
-            "cache_state": p["cache_state"],
-            "n_samples": p["n_samples"],
-            "median_s": p["median_s"],
-            "p25_s": p["p25_s"],
-            "p75_s": p["p75_s"],
-            "achieved_flops_per_s": p["achieved_flops_per_s"],
-            "noisy": p["noisy"],
-            "disturbed": p["disturbed"],
-            "disturbance": p["disturbance"],
-            "n_disturbed": p["n_disturbed"],
-        }
-        for p in tables["timed_points"]
-    ]
+    columns = ("config_id", "cache_state", "n_samples", "median_s", "p25_s", "p75_s")
+    columns += ("achieved_flops_per_s", "noisy", "disturbed", "disturbance", "n_disturbed")
+    rows = [{c: p[c] for c in columns} for p in tables["timed_points"]]
     if args.format == "table":
         for row in rows:
             del row["disturbance"]  # one line each on stderr below

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import sys
 
-from rooflab.cli.output import UsageError, _column_cells, json_safe, print_rows
+from rooflab.cli.output import UsageError, json_safe, print_rows
 from rooflab.cli.roofs import Roofs, roofs_from_args
 from rooflab.config import load_scenario, stages_from_config
 from rooflab.devices import device_preset
@@ -36,20 +36,10 @@ def int_list(option: str):
     return parse
 
 
-GEMM_TABLE_COLUMNS = (
-    "m",
-    "n",
-    "k",
-    "flops",
-    "bytes",
-    "intensity",
-    "compute_s",
-    "memory_s",
-    "bound_s",
-    "limiter",
-    "attainable_flops_per_s",
-    "bound_s_per_row",
-)
+# A bound's columns (model.Bound's fields), in both commands' rows
+BOUND_COLUMNS = ("intensity", "compute_s", "memory_s", "bound_s", "limiter")
+GEMM_TABLE_COLUMNS = ("m", "n", "k", "flops", "bytes", *BOUND_COLUMNS, "attainable_flops_per_s")
+GEMM_TABLE_COLUMNS += ("bound_s_per_row",)
 
 
 # An integer GEMM's columns: its work in OP (the FLOP columns' names and units, renamed)
@@ -110,22 +100,10 @@ def integer_roofs(args, dtype: str | None) -> Roofs:
     )
 
 
-def _print_op_table(rows: list[dict]) -> None:
-    """print_rows' table of an integer GEMM's rows (FLOP-named): the same decimal prefixes,
-    each header in OP."""
-    formatted = []
-    for column in rows[0]:
-        header, cells = _column_cells(column, [row[column] for row in rows])
-        name, _, unit = header.partition(" ")
-        formatted.append(
-            (OP_NAMES.get(name, name) + " " * bool(unit) + unit.replace("FLOP", "OP"), cells)
-        )
-    widths = [max([len(h)] + [len(cell) for cell in cells]) for h, cells in formatted]
-    print("  ".join(h.rjust(w) for (h, _), w in zip(formatted, widths, strict=True)).rstrip())
-    for i in range(len(rows)):
-        print(
-            "  ".join(c[i].rjust(w) for (_, c), w in zip(formatted, widths, strict=True)).rstrip()
-        )
+def _op_header(header: str) -> str:
+    """A table header of an integer GEMM's rows (FLOP-named) in OP, its decimal prefix kept."""
+    name, _, unit = header.partition(" ")
+    return OP_NAMES.get(name, name) + " " * bool(unit) + unit.replace("FLOP", "OP")
 
 
 def cmd_model_gemm(args) -> None:
@@ -157,11 +135,7 @@ def cmd_model_gemm(args) -> None:
                         "y_dtype": y,
                         "flops": ledger.flops,
                         "bytes": ledger.bytes,
-                        "intensity": b.intensity,
-                        "compute_s": b.compute_s,
-                        "memory_s": b.memory_s,
-                        "bound_s": b.bound_s,
-                        "limiter": b.limiter,
+                        **{c: getattr(b, c) for c in BOUND_COLUMNS},
                         "attainable_flops_per_s": b.attainable_flops_per_s,
                         "bound_s_per_row": b.bound_s / m,
                         "peak_flops_per_s": peak,
@@ -181,12 +155,9 @@ def cmd_model_gemm(args) -> None:
         if not roofs.explicit:
             print(roofs.sources())
         rows = [{c: row[c] for c in GEMM_TABLE_COLUMNS} for row in rows]
-        if work == "OP":
-            _print_op_table(rows)
-            return
-    if work == "OP":  # JSON, CSV: the work's columns named in OP
+    elif work == "OP":  # JSON, CSV: the work's columns named in OP
         rows = [{OP_NAMES.get(k, k): v for k, v in row.items()} for row in rows]
-    print_rows(rows, args.format)
+    print_rows(rows, args.format, header=_op_header if work == "OP" else None)
 
 
 def cmd_model_stages(args) -> None:
@@ -205,11 +176,7 @@ def cmd_model_stages(args) -> None:
             "after": list(s.after),
             "flops": s.bound.flops,
             "bytes": s.bound.bytes,
-            "intensity": s.bound.intensity,
-            "compute_s": s.bound.compute_s,
-            "memory_s": s.bound.memory_s,
-            "bound_s": s.bound.bound_s,
-            "limiter": s.bound.limiter,
+            **{c: getattr(s.bound, c) for c in BOUND_COLUMNS},
             "start_s": s.start_s,
             "finish_s": s.finish_s,
             "on_critical_path": s.on_critical_path,

@@ -126,9 +126,9 @@ def _column_cells(column: str, values: list) -> tuple[str, list[str]]:
     return f"{column} ({prefixed})", cells
 
 
-def print_rows(rows: list[dict], fmt: str, out=None) -> None:
+def print_rows(rows: list[dict], fmt: str, out=None, header=None) -> None:
     """Rows as JSON or CSV (numbers in base units: s, B, FLOP, FLOP/s, B/s) or as an aligned
-    table (units in the header, _column_cells)."""
+    table (units in the header, _column_cells; `header`, where given, rewrites each)."""
     out = out or sys.stdout
     if fmt == "json":
         json.dump([{k: json_safe(v) for k, v in row.items()} for row in rows], out, indent=2)
@@ -141,7 +141,8 @@ def print_rows(rows: list[dict], fmt: str, out=None) -> None:
         writer.writerows(rows)
         return
     formatted = [_column_cells(c, [row[c] for row in rows]) for c in columns]
-    headers = [header for header, _ in formatted]
+    formatted = [(header(h) if header else h, cells) for h, cells in formatted]
+    headers = [h for h, _ in formatted]
     widths = [max([len(h)] + [len(cell) for cell in cells]) for h, cells in formatted]
     out.write("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)).rstrip() + "\n")
     for i in range(len(rows)):

@@ -246,14 +246,9 @@ class Verdict:
 
     def columns(self) -> dict:
         """The columns every measurement row carries (timed_points, ceilings, ceiling_sweep)."""
-        return {
-            "disturbed": self.disturbed,
-            "disturbance": self.disturbance,
-            "n_disturbed": self.n_disturbed,
-            "other_cpus": self.other_cpus,
-            "steal_fraction": self.steal_fraction,
-            "gpu_other_processes": self.gpu_other_processes,
-        }
+        columns = ("disturbed", "disturbance", "n_disturbed", "other_cpus", "steal_fraction")
+        columns += ("gpu_other_processes",)
+        return {name: getattr(self, name) for name in columns}
 
 
 def judge(

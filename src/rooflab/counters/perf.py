@@ -197,22 +197,12 @@ def derive_cpu(
     def add(name: str, value: float, unit: str, kind: str, basis: str) -> None:
         derived.append({"name": name, "value": value, "unit": unit, "kind": kind, "basis": basis})
 
-    if measured.get("cycles") and "instructions" in measured:
-        add(
-            "ipc",
-            measured["instructions"] / measured["cycles"],
-            "1",
-            "ratio",
-            "instructions/cycles",
-        )
-    if measured.get("LLC-loads") and "LLC-load-misses" in measured:
-        add(
-            "llc_load_miss_ratio",
-            measured["LLC-load-misses"] / measured["LLC-loads"],
-            "1",
-            "ratio",
-            "LLC-load-misses/LLC-loads",
-        )
+    for name, over, under in (
+        ("ipc", "instructions", "cycles"),
+        ("llc_load_miss_ratio", "LLC-load-misses", "LLC-loads"),
+    ):
+        if measured.get(under) and over in measured:
+            add(name, measured[over] / measured[under], "1", "ratio", f"{over}/{under}")
     if "LLC-load-misses" in measured and line_bytes:
         add(
             "llc_miss_bytes_estimate",

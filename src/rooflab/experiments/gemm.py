@@ -3,7 +3,7 @@ driver for every timed point: experiments.timed_cases)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from rooflab.backends.base import Backend
 from rooflab.experiments.correctness import check_gemm
@@ -92,21 +92,9 @@ class GemmCase:
                 xp=backend.array_module, scales=operands.scales,
             )  # fmt: skip
             identity = {"config_id": c.config_id, "sweep": c.sweep, "dtype": c.dtype}
+            shape = {"m": c.m, "n": c.n, "k": c.k, "layout": c.layout}
             return [
-                {
-                    **identity,
-                    "m": c.m,
-                    "n": c.n,
-                    "k": c.k,
-                    "layout": c.layout,
-                    "metric": check.metric,
-                    "error": check.error,
-                    "tolerance": check.tolerance,
-                    "passed": check.passed,
-                    "rows_checked": rows,
-                    "cols_checked": cols,
-                    "detail": check.detail,
-                }
+                {**identity, **shape, **asdict(check), "rows_checked": rows, "cols_checked": cols}
                 for check in checks
             ]
 

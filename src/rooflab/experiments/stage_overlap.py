@@ -35,7 +35,6 @@ from rooflab.experiments.timing import TimingSettings, host_wall_time, measure, 
 from rooflab.model import Stage, stage_bounds
 from rooflab.vocabulary import CacheState
 
-SCHEDULES = ("serial", "overlapped")
 WORKING_SET_CACHES = 4  # a GPU stream stage's working set: 4x the L2, where one pass a launch
 
 

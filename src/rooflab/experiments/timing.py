@@ -171,14 +171,8 @@ class Summary:
     def columns(self) -> dict:
         """The sampled columns every timed row carries (records.tables' _SAMPLED)."""
         stopped = self.stop.columns() if self.stop else {"ci_rel_width": None, "stop_reason": None}
-        return {
-            "n_samples": self.n_samples,
-            "median_s": self.median_s,
-            "p25_s": self.p25_s,
-            "p75_s": self.p75_s,
-            "min_s": self.min_s,
-            **stopped,
-        }
+        sampled = ("n_samples", "median_s", "p25_s", "p75_s", "min_s")
+        return {name: getattr(self, name) for name in sampled} | stopped
 
 
 def summarize(seconds: list[float], noisy_iqr_ratio: float) -> Summary:

@@ -1,8 +1,8 @@
-"""A hung kernel cannot stall the host: a block run under `time_limit(seconds, what)` that outlives
-its limit ends this process with status 124 (as timeout(1)), after one line naming what hung.
-Under `step_limit(seconds, what)` the limit is per step instead: each `beat()` (the measuring
-loops beat after every call of a kernel) starts the next step, so a kernel of any number of calls
-is stopped when one call hangs, and nothing is added inside a timed region.
+"""A hung kernel cannot stall the host: a block run under `step_limit(seconds, what)` that outlives
+its limit ends this process with status 124 (as timeout(1)), after one line naming what hung. The
+limit is per step: each `beat()` (the measuring loops beat after every call of a kernel) starts
+the next step, so a kernel of any number of calls is stopped when one call hangs, and nothing is
+added inside a timed region.
 
 Every measuring job runs under `job_limit(what)` too, set from its plan once it has one:
 $ROOFLAB_JOB_LIMIT_S seconds where a site sets it (0: none), else JOB_LIMIT_FACTOR times its
@@ -104,13 +104,6 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
-
-
-def time_limit(seconds: float | None, what: str):
-    """Run the block under a limit of `seconds` in all (None: none); past it, end the process."""
-    if seconds is None:
-        return contextlib.nullcontext()
-    return _WATCHDOG.limit(seconds, what, per_step=False)
 
 
 def step_limit(seconds: float | None, what: str):

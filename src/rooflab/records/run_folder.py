@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,23 +58,15 @@ def stable_hash(value: object) -> str:
 def git_state(path: Path | None = None) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the rooflab checkout that measured; (None, None) outside git."""
     path = path or Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=path,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=path,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=path, capture_output=True, text=True, check=True, timeout=10
         ).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        status = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None, None
     return commit, bool(status.strip())
@@ -125,6 +117,14 @@ def read_run(run_dir: str | Path) -> dict[str, pa.Table]:
     run_dir = Path(run_dir)
     tables = {path.stem: pq.read_table(path) for path in sorted(run_dir.glob("*.parquet"))}
     return with_timed_points(run_dir, tables)
+
+
+def read_runs(run_dirs: Iterable[str | Path]) -> Iterator[tuple[dict, dict[str, pa.Table]]]:
+    """Each run folder's one `runs` row and its tables (read_run), in turn."""
+    for run_dir in run_dirs:
+        tables = read_run(run_dir)
+        (run,) = tables["runs"].to_pylist()
+        yield run, tables
 
 
 def with_timed_points(run_dir: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:

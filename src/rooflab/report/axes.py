@@ -79,3 +79,21 @@ def bytes_label(n: float) -> str:
         if n >= factor:
             return f"{n / factor:.4g} {prefix}"
     return f"{n:.0f} B"
+
+
+def utc_text(when, seconds: bool = False) -> str:
+    """A run's start in UTC, "2026-06-01 00:00 UTC" (with its seconds where `seconds`)."""
+    import pandas as pd
+
+    if when is None or (not isinstance(when, str) and pd.isna(when)):
+        return "date not recorded"
+    stamp = pd.Timestamp(when)
+    stamp = stamp.tz_convert("UTC") if stamp.tzinfo else stamp
+    return f"{stamp:%Y-%m-%d %H:%M:%S} UTC" if seconds else f"{stamp:%Y-%m-%d %H:%M} UTC"
+
+
+def chart_title(text: str, subtitle: str | list[str]):
+    """A chart's title, left-aligned, with its subtitle (how to read the marks) in grey."""
+    import altair as alt
+
+    return alt.Title(text, subtitle=subtitle, anchor="start", subtitleColor="#444")

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
-from rooflab.report.axes import WIDTH
+from rooflab.report.axes import WIDTH, chart_title, utc_text
 from rooflab.report.disturbed_marks import DISTURBED_COLOR, DISTURBED_LABEL
 from rooflab.report.page import Chart, table_html
 from rooflab.units import format_quantity
@@ -106,7 +106,7 @@ def left_out_html(rows: pd.DataFrame, left_out: pd.DataFrame, scope) -> str:
             "sweep or workload": listed.name.astype(str),
             "measurements": listed["keys"].to_numpy(),
             "runs": listed.runs.to_numpy(),
-            "newest run (UTC)": [_utc(t) for t in listed.newest],
+            "newest run (UTC)": [utc_text(t, seconds=True) for t in listed.newest],
             "slower or faster in its newest run": listed.moved.to_numpy(),
         }
     )
@@ -149,7 +149,7 @@ def history_rows(history: pd.DataFrame) -> pd.DataFrame:
             for lo, hi, u in zip(rows.low, rows.high, rows.unit, strict=True)
         ],
         commit=[_commit(c, d) for c, d in zip(rows.git_commit, rows.git_dirty, strict=True)],
-        started=[_utc(t) for t in rows.started_at],
+        started=[utc_text(t, seconds=True) for t in rows.started_at],
         disturbance=rows.disturbed.map({True: "yes", False: "no"}),
     )
 
@@ -172,15 +172,13 @@ def history_chart(rows: pd.DataFrame, scope: dict) -> alt.VConcatChart:
         alt.vconcat(*panels, spacing=28)
         .resolve_scale(x="independent", y="independent", color="independent")
         .properties(
-            title=alt.Title(
+            title=chart_title(
                 f"History: {scope['host']} · {scope['device_name']} ({scope['backend']})",
-                subtitle=[
+                [
                     "each measurement's value over its first run's, in run order (log axis); "
                     "bars: noise band p25..p75; purple ring: disturbed",
                     "a time above 1 got slower, a rate above 1 got faster",
                 ],
-                anchor="start",
-                subtitleColor="#444",
             )
         )
     )
@@ -390,13 +388,3 @@ def _commit(commit, dirty) -> str:
 
     dirty = dirty is not None and not pd.isna(dirty) and bool(dirty)
     return commit[:SHORT_SHA] + (" (uncommitted changes)" if dirty else "")
-
-
-def _utc(when) -> str:
-    import pandas as pd
-
-    if when is None or pd.isna(when):
-        return "date not recorded"
-    stamp = pd.Timestamp(when)
-    stamp = stamp.tz_convert("UTC") if stamp.tzinfo else stamp
-    return f"{stamp:%Y-%m-%d %H:%M:%S} UTC"

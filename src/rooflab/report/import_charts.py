@@ -12,6 +12,7 @@ import html
 from typing import TYPE_CHECKING
 
 import rooflab.report.queries as queries
+from rooflab.report.axes import chart_title
 from rooflab.report.names import name_part
 from rooflab.report.page import Chart, table_html
 from rooflab.report.roofline_chart import roofline_chart
@@ -191,12 +192,10 @@ def import_gantt_chart(events: pd.DataFrame, lanes: pd.DataFrame, name: str) -> 
             alt.Tooltip("gap_us:Q", title="gaps (μs)", format=",.3~f"),
             alt.Tooltip("events:Q"),
         ],
-        title=alt.Title(
+        title=chart_title(
             f"Imported trace timeline: {name}",
-            subtitle="bars: each top-level operator's (a GPU stream: each event's) time; empty "
+            "bars: each top-level operator's (a GPU stream: each event's) time; empty "
             "space: the lane waited; black tick: the end of the trace's end-to-end time",
-            anchor="start",
-            subtitleColor="#444",
         ),
     )
 

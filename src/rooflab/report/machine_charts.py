@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rooflab.report.axes import roof_geometry
+from rooflab.report.axes import chart_title, roof_geometry
 from rooflab.report.page import Chart, table_html
 from rooflab.report.roofline_chart import (
     BANDWIDTH_LEVELS,
@@ -204,12 +204,10 @@ def machines_roofline(machines: list[MachineRoofs]) -> alt.ConcatChart:
         alt.concat(*panels, columns=COLUMNS)
         .resolve_scale(x="shared", y="shared", color="shared")
         .properties(
-            title=alt.Title(
+            title=chart_title(
                 f"Roofline of {len(machines)} machines side by side (shared axes)",
-                subtitle="each machine's newest ceilings and newest point per configuration; "
+                "each machine's newest ceilings and newest point per configuration; "
                 "filled: warm cache, hollow: cold",
-                anchor="start",
-                subtitleColor="#444",
             )
         )
     )

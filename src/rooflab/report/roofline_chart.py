@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.report.axes import ROOFLINE_SIZE, roof_geometry, with_time_text
+from rooflab.report.axes import ROOFLINE_SIZE, chart_title, roof_geometry, with_time_text
 from rooflab.report.disturbed_marks import (
     DISTURBED_COLOR,
     DISTURBED_LABEL,
@@ -378,11 +378,7 @@ def roofline_chart(
     layers.append(point_layer(pts, x, y, roof_scale, unit, shape_title))
     chart = alt.layer(*layers).properties(width=width, height=height)
     if title:
-        chart = chart.properties(
-            title=alt.Title(
-                title["text"], subtitle=title["subtitle"], anchor="start", subtitleColor="#444"
-            )
-        )
+        chart = chart.properties(title=chart_title(title["text"], title["subtitle"]))
     return chart.resolve_scale(x="shared", y="shared", shape="independent", stroke="independent")
 
 

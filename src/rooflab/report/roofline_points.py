@@ -10,6 +10,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
+from rooflab.report.axes import utc_text
 from rooflab.report.disturbed_marks import RING_SIZE, RING_STROKE
 from rooflab.report.labels import GUIDE_COST, LABEL_HEIGHT_PX
 from rooflab.vocabulary import CacheState
@@ -45,7 +46,6 @@ WORKLOAD_SHAPES = tuple(
     _star(points, inner) for points, inner in ((5, 0.4), (4, 0.4), (6, 0.5), (3, 0.35),
                                                (8, 0.5), (7, 0.45))
 )  # fmt: skip
-STAR = WORKLOAD_SHAPES[0]
 WORKLOADS_KEY = "your kernels (filled: warm, hollow: cold)"
 WORKLOAD_SIZE, WORKLOAD_STROKE = 260, 1.6
 # A workload's name is drawn beside one of its stars, NAME_GAP_PX from its marks, where it
@@ -80,7 +80,7 @@ def roofline_title(scope: dict, points: pd.DataFrame, name: str = "Roofline") ->
     lines = []
     if scope.get("ceilings_run_id"):
         lines.append(
-            f"ceilings: run {scope['ceilings_run_id']} ({_utc(scope.get('last_ceilings'))})"
+            f"ceilings: run {scope['ceilings_run_id']} ({utc_text(scope.get('last_ceilings'))})"
         )
     if len(points) and "run_id" in points:
         newest = points.sort_values(
@@ -90,7 +90,7 @@ def roofline_title(scope: dict, points: pd.DataFrame, name: str = "Roofline") ->
         runs = points.run_id.nunique()
         lines.append(
             f"points: the newest run of each configuration ({runs} run{'s' * (runs > 1)}; "
-            f"newest {run.run_id}, {_utc(run.get('started_at'))})"
+            f"newest {run.run_id}, {utc_text(run.get('started_at'))})"
         )
         lines.append(
             "colour: the roof a point is judged against (dotted up to it); shape: sweep; "
@@ -105,16 +105,6 @@ def roofline_title(scope: dict, points: pd.DataFrame, name: str = "Roofline") ->
         "text": f"{name}: {scope['host']} · {scope['device_name']} ({scope['backend']})",
         "subtitle": lines,
     }
-
-
-def _utc(when) -> str:
-    import pandas as pd
-
-    if when is None or (not isinstance(when, str) and pd.isna(when)):
-        return "date not recorded"
-    stamp = pd.Timestamp(when)
-    stamp = stamp.tz_convert("UTC") if stamp.tzinfo else stamp
-    return f"{stamp:%Y-%m-%d %H:%M} UTC"
 
 
 def guides(points: pd.DataFrame) -> list:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rooflab.report.axes import WIDTH
+from rooflab.report.axes import WIDTH, chart_title
 
 if TYPE_CHECKING:
     import altair as alt
@@ -107,12 +107,10 @@ def timeline_chart(kernels: pd.DataFrame, steps: pd.DataFrame, scenario: str) ->
             alt.Tooltip("kernels:Q", title="kernels per step"),
             alt.Tooltip("busy_method:N", title="busy measured by"),
         ],
-        title=alt.Title(
+        title=chart_title(
             f"Timeline of one step: {scenario}",
-            subtitle="bars: each kernel's own time; empty space: launch gaps; black tick: the "
+            "bars: each kernel's own time; empty space: launch gaps; black tick: the "
             "measured step time",
-            anchor="start",
-            subtitleColor="#444",
         ),
     )
 

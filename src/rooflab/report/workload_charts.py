@@ -10,7 +10,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from rooflab.report.axes import SECONDS_AXIS, with_time_text
+from rooflab.report.axes import SECONDS_AXIS, chart_title, with_time_text
 from rooflab.units import format_quantity
 from rooflab.vocabulary import CACHE_STATES
 
@@ -174,12 +174,10 @@ def comparison_chart(pairs: pd.DataFrame) -> alt.VConcatChart:
         alt.vconcat(*panels, spacing=24)
         .resolve_scale(x="shared")
         .properties(
-            title=alt.Title(
+            title=chart_title(
                 "Same work, two implementations: median time per case and cache state",
-                subtitle="filled: the workload; hollow: its baseline (same_work_as); right: "
+                "filled: the workload; hollow: its baseline (same_work_as); right: "
                 "what the pair says",
-                anchor="start",
-                subtitleColor="#444",
             )
         )
     )

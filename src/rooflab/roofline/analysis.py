@@ -89,20 +89,16 @@ def datasheet_rows(run: dict, preset: DevicePreset | None) -> list[dict]:
         "device": preset.name,
         "source": preset.source,
     }
-    return (
-        [
-            {**common, "kind": "compute", "name": path, "value": value, "unit": "FLOP/s"}
-            for path, value in preset.peak_flops_per_s.items()
-        ]
-        + [
-            {**common, "kind": "compute", "name": path, "value": value, "unit": "OP/s"}
-            for path, value in preset.peak_ops_per_s.items()
-        ]
-        + [
-            {**common, "kind": "bandwidth", "name": level, "value": value, "unit": "B/s"}
-            for level, value in preset.bandwidth_b_per_s.items()
-        ]
+    figures = (
+        ("compute", "FLOP/s", preset.peak_flops_per_s),
+        ("compute", "OP/s", preset.peak_ops_per_s),
+        ("bandwidth", "B/s", preset.bandwidth_b_per_s),
     )
+    return [
+        {**common, "kind": kind, "name": name, "value": value, "unit": unit}
+        for kind, unit, values in figures
+        for name, value in values.items()
+    ]
 
 
 def stage_bound_rows(

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rooflab.model import ModelError, bound, gemm_ledger
-from rooflab.records import read_run
+from rooflab.records import read_runs
 from rooflab.roofline.points import MEMORY_LEVEL, resident_level
 from rooflab.vocabulary import DIAGNOSIS_CAUSES, ROOF_BEATEN_EFFICIENCY, CacheState
 
@@ -231,9 +231,7 @@ def timeline_points(run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list
     that holds its bytes, else the memory, as the timeline_modes view bounds it), its time the
     step's; none where its machine has no such ceilings."""
     points = []
-    for run_dir in run_dirs:
-        tables = read_run(run_dir)
-        (run,) = tables["runs"].to_pylist()
+    for run, tables in read_runs(run_dirs):
         machine = ceilings.get(run["machine_id"])
         for row in tables["timeline_steps"].to_pylist() if machine else []:
             path = f"{row['dtype']}_fma"
@@ -279,9 +277,7 @@ def stage_diagnoses(run_dirs: Iterable[Path]) -> list[dict]:
     predicted where a serial schedule is near its critical path; below it, the cause of the
     stage that overruns its bound most (the schedule waits on it)."""
     rows = []
-    for run_dir in run_dirs:
-        tables = read_run(run_dir)
-        (run,) = tables["runs"].to_pylist()
+    for run, tables in read_runs(run_dirs):
         schedules = tables["stage_schedules"].to_pylist() if "stage_schedules" in tables else []
         if not schedules:
             continue

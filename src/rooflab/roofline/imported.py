@@ -22,7 +22,7 @@ from rooflab.devices import DevicePreset
 from rooflab.imports import device_backend
 from rooflab.imports.torch_trace import ledger_coverage
 from rooflab.model import ModelError, hierarchical_bound
-from rooflab.records import read_run
+from rooflab.records import read_runs
 from rooflab.records.derived_tables import DERIVED
 from rooflab.roofline.diagnosis import diagnose
 from rooflab.roofline.points import resident_level
@@ -249,9 +249,7 @@ def imported_points(run_dirs: Iterable[Path], ceilings: dict[str, dict]) -> list
     each operator unplaced saying so."""
     rows = []
     columns = [name for name in DERIVED["imported_points"].names]
-    for run_dir in run_dirs:
-        tables = read_run(run_dir)
-        (run,) = tables["runs"].to_pylist()
+    for run, tables in read_runs(run_dirs):
         operators = [
             op | {"counted": json.loads(op["counted"]) if op["counted"] else None}
             for op in tables["imported_operators"].to_pylist()

@@ -44,7 +44,7 @@ from rooflab.counters.points import (
 )
 from rooflab.machine import cache_bytes_by_level
 from rooflab.model import ModelError, bound, work_unit
-from rooflab.records import read_run, timed_rows, to_table
+from rooflab.records import read_runs, timed_rows, to_table
 from rooflab.roofline.clocks import (
     SM_CLOCK,
     clock_columns,
@@ -66,9 +66,7 @@ def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
     """machine_id -> {run_id, started_at, peak: {path: FLOP/s or OP/s}, peak_unit: {path: its
     unit}, bandwidth: {level: B/s}, caches}."""
     latest: dict[str, dict] = {}
-    for run_dir in run_dirs:
-        tables = read_run(run_dir)
-        (run,) = tables["runs"].to_pylist()
+    for run, tables in read_runs(run_dirs):
         known = latest.get(run["machine_id"])
         if known and known["started_at"] >= run["started_at"]:
             continue
@@ -100,10 +98,8 @@ def ceiling_values(tables: dict) -> tuple[dict[str, float], dict[str, float]]:
     kernel's)."""
     peak, bandwidth = {}, {}
     for row in tables["ceilings"].to_pylist():
-        if row["kind"] == "compute":
-            peak[row["name"]] = max(peak.get(row["name"], 0.0), row["value"])
-        else:
-            bandwidth[row["name"]] = max(bandwidth.get(row["name"], 0.0), row["value"])
+        values = peak if row["kind"] == "compute" else bandwidth
+        values[row["name"]] = max(values.get(row["name"], 0.0), row["value"])
     return peak, bandwidth
 
 
@@ -176,9 +172,7 @@ def roofline_points(
     that gets no Roofline point is a row of `dropped` (`unplaced`), with why."""
     points = []
     dropped = [] if dropped is None else dropped
-    for run_dir in gemm_run_dirs:
-        tables = read_run(run_dir)
-        (run,) = tables["runs"].to_pylist()
+    for run, tables in read_runs(gemm_run_dirs):
         machine_id = run["machine_id"]
         machine = ceilings.get(machine_id)
         if machine is None:
@@ -244,14 +238,10 @@ def roofline_points(
                     "machine_id": run["machine_id"],
                     "ceilings_run_id": machine["run_id"],
                     "sweep": point["sweep"],
-                    "m": point.get("m"),
-                    "n": point.get("n"),
-                    "k": point.get("k"),
                     "dtype": point["dtype"],
-                    "layout": point.get("layout"),
-                    "params": point.get("params"),
-                    "executed_flops": point.get("executed_flops"),
-                    "same_work_as": point.get("same_work_as"),
+                    # a GEMM's shape, or a workload's params (each kind lacks the other's)
+                    **{c: point.get(c) for c in ("m", "n", "k", "layout", "params")},
+                    **{c: point.get(c) for c in ("executed_flops", "same_work_as")},
                     "level": level,
                     "q_source": "model",
                     "bytes": point["bytes_model"],
@@ -312,20 +302,14 @@ def roof_faults(points: list[dict]) -> list[str]:
 def timing_flags(point: dict) -> dict:
     """The timing's flags a Roofline point carries, so a chart or a query can mark it: noisy,
     and disturbed with its reason (null for timings recorded before disturbance was)."""
-    return {
-        "noisy": point.get("noisy"),
-        "disturbed": point.get("disturbed"),
-        "disturbance": point.get("disturbance"),
-    }
+    return {column: point.get(column) for column in ("noisy", "disturbed", "disturbance")}
 
 
 def _timings_by_run(gemm_run_dirs: Iterable[Path]) -> dict[str, list[dict]]:
     """run_id -> its timed points (timed_points rows), each with the run's machine_id and its
     samples' clock range (`clock`: median, lowest, highest MHz; None unread)."""
     timings = {}
-    for run_dir in gemm_run_dirs:
-        tables = read_run(run_dir)
-        (run,) = tables["runs"].to_pylist()
+    for run, tables in read_runs(gemm_run_dirs):
         clocks = clock_ranges(tables, ("config_id", "cache_state"))
         timings[run["run_id"]] = [
             {**row, "machine_id": run["machine_id"]}
@@ -347,9 +331,7 @@ def counter_points(
     the ceilings of the counters run's own machine."""
     timings = _timings_by_run(gemm_run_dirs)
     points, notes = [], []
-    for run_dir in counters_run_dirs:
-        tables = read_run(run_dir)
-        (run,) = tables["runs"].to_pylist()
+    for run, tables in read_runs(counters_run_dirs):
         machine = ceilings.get(run["machine_id"])
         totals: dict[tuple, dict[str, float]] = {}
         replay_modes: dict[tuple, str] = {}

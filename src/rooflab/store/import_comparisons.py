@@ -7,6 +7,7 @@ for two import runs named by id, or for `previous` and `latest`, each import's t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from rooflab.comparison import MIN_EFFECT, compare_samples
@@ -85,19 +86,9 @@ def compare_imports(
                     "name": op,
                     "baseline_run_id": base_id,
                     "candidate_run_id": cand_id,
-                    "baseline_s": compared.baseline_s,
-                    "candidate_s": compared.candidate_s,
-                    "ratio": compared.ratio,
-                    "ci_low": compared.ci_low,
-                    "ci_high": compared.ci_high,
-                    "p_value": compared.p_value,
-                    "verdict": compared.verdict,
-                    "method": compared.method,
+                    **dataclasses.asdict(compared),
                     "min_effect": min_effect,
-                    "effect": compared.effect,
-                    "provisional": compared.provisional,
                     "conditions_changed": changed,
-                    "note": compared.note,
                     "samples_verdict": compared.verdict,
                     "accuracy_changed": None,
                 }

@@ -52,7 +52,7 @@ from rooflab.store.connection import (
     refuse_newer,
     stored_version,
 )
-from rooflab.store.integrity import read_back, store_failures
+from rooflab.store.integrity import _quote, read_back, store_failures
 from rooflab.store.versions import migrate
 from rooflab.store.views import VIEWS_SQL, make_views
 
@@ -135,10 +135,6 @@ def _store_failure(error: Exception) -> bool:
         duckdb.InternalException,
     )
     return isinstance(error, failures)
-
-
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 class _Writer:

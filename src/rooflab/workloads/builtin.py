@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import numbers
-import os
 from collections.abc import Callable, Iterator
 
 import numba
@@ -124,12 +123,6 @@ def _numba_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(previous)
-
-
-def _usable_threads() -> int:
-    """The CPU backend's default: the usable CPUs, at most numba's pool."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(usable or 1, numba.config.NUMBA_NUM_THREADS))
 
 
 def _int_param(params: dict, key: str, name: str, default: int | None = None) -> int:
