@@ -48,10 +48,17 @@ TINY = {
     },
 }
 
-# The smallest campaign that still measures (ceilings, one sweep, one workload: no counters,
-# stages nor timelines), for the benchmarks' --smoke runs: their code, not their figures.
+# The smallest campaign that still measures (ceilings of one dtype a path swept inside the caches,
+# one sweep, one workload: no counters, stages nor timelines), for the benchmarks' --smoke runs:
+# their code, not their figures.
 SMALLEST = {
     **TINY,
+    "ceilings": {
+        **TINY["ceilings"],
+        "max_working_set": "16 MiB",
+        "fma_dtypes": ["fp64"],
+        "blas_dtypes": ["fp64"],
+    },
     "sweeps": {"a": TINY["sweeps"]["a"]},
     "workloads": {"unfused": TINY["workloads"]["unfused"]},
     "stages": {},
