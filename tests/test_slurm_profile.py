@@ -22,7 +22,7 @@ MEASURING = (
     "measure_stages",
     "time_timeline",
 )
-TINY = yaml.safe_load((REPO / "tests" / "slurm" / "tiny.yaml").read_text())  # two sweeps
+TINY = yaml.safe_load((REPO / "tests" / "slurm" / "tiny.yaml").read_text())  # one sweep
 
 
 def dry_run_of(workdir) -> str:
@@ -74,9 +74,9 @@ def test_profile_uses_the_slurm_executor():
 def test_dry_run_plans_the_campaign(dry_run):
     assert job_counts(dry_run) == {
         "ceilings": 1,
-        "correctness": 2,
-        "time_gemm": 2,
-        "counters": 2,
+        "correctness": 1,
+        "time_gemm": 1,
+        "counters": 1,
         "roofline": 1,
         "ingest": 1,
         "report": 1,
@@ -86,7 +86,7 @@ def test_dry_run_plans_the_campaign(dry_run):
 
 def test_measuring_jobs_take_a_whole_node(dry_run):
     jobs = [job for job in planned_jobs(dry_run) if job["rule"] in MEASURING]
-    assert len(jobs) == 7
+    assert len(jobs) == 4
     for job in jobs:
         assert job["threads"] == str(PROFILE["cores"]), job  # --cpus-per-task
         assert job["gpu"] == "1" and job["slurm_extra"] == "--exclusive", job
@@ -114,9 +114,9 @@ def test_each_machine_gets_its_ceilings_and_sweeps_on_its_own_nodes(tmp_path):
     }
     plan = dry_run_of(copy_workflow(tmp_path, config))
     counts = job_counts(plan)
-    assert (counts["ceilings"], counts["correctness"], counts["time_gemm"]) == (2, 4, 4)
-    assert counts["counters"] == 4
+    assert (counts["ceilings"], counts["correctness"], counts["time_gemm"]) == (2, 2, 2)
+    assert counts["counters"] == 2
     extras = sorted(job["slurm_extra"] for job in planned_jobs(plan) if job["rule"] in MEASURING)
-    assert extras == ["--exclusive --constraint=h100"] * 7 + ["--exclusive --constraint=h200"] * 7
+    assert extras == ["--exclusive --constraint=h100"] * 4 + ["--exclusive --constraint=h200"] * 4
     assert "results/ceilings/h200/receipt.json" in plan
     assert "results/sweeps/a/h100/timing.json" in plan

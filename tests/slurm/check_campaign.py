@@ -23,7 +23,7 @@ MEASURING = {
     "measure_stages": "stages",
     "time_timeline": "timeline",
 }
-SWEEPS = ("a", "b")  # tests/slurm/tiny.yaml
+SWEEPS = ("a",)  # tests/slurm/tiny.yaml
 
 
 def slurm_jobs_from_logs(campaign: Path) -> dict[str, tuple[str, str | None]]:
