@@ -110,8 +110,9 @@ def main() -> int:
     backend = CpuBackend()
     sweep, timing = SWEEP, TIMING
     dram_bytes = 8 * sum(backend.cache_bytes_by_level().values())
-    if args.smoke:  # one round, two small points, short floors, the memory's triad on 64 MiB
-        args.rounds = 1
+    loads = list(LOADS)
+    if args.smoke:  # one round of one load, two small points, short floors, triad on 64 MiB
+        args.rounds, loads = 1, loads[:1]
         sweep = {**SWEEP, "m": [1, 16], "n": [64], "k": [64]}
         timing = replace(TIMING, warmup_s=0.01, min_time_s=0.02, min_samples=3, max_time_s=0.1)
         dram_bytes = 64 << 20
@@ -123,7 +124,7 @@ def main() -> int:
     quiet_again = measure_all(backend, timing, sweep, dram_bytes)
     rows = [("quiet", 1, quiet_again)]
     for round_ in range(args.rounds):
-        for name in LOADS:
+        for name in loads:
             with load(name):
                 rows.append((name, round_ + 1, measure_all(backend, loaded, sweep, dram_bytes)))
 
