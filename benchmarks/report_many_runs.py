@@ -32,12 +32,13 @@ def main() -> int:
     parser.add_argument("--sweeps", type=int, default=100)
     add_smoke(parser)
     args = parser.parse_args()
+    small = (6, 6)  # the reference's runs and sweeps
     if args.smoke:
-        args.runs, args.sweeps = 12, 3
+        args.runs, args.sweeps, small = 12, 3, (2, 2)
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         setup_s, db = seconds(build_many_runs_store, root / "many", args.runs, args.sweeps)
-        small_db = build_many_runs_store(root / "small", 6, 6)
+        small_db = build_many_runs_store(root / "small", *small)
         build_report(small_db, root / "warm-up")  # vl-convert's first call starts its engine
         reference_s, _ = seconds(build_report, small_db, root / "small-report")
         report_s, report = seconds(build_report, db, root / "report")
