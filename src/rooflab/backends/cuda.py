@@ -64,7 +64,7 @@ from rooflab.backends.cuda_kernels import (
 )
 from rooflab.backends.cuda_stream import StreamLoads
 from rooflab.backends.random_operands import random_nonzero
-from rooflab.conditions.nvml import ConditionSampler, GpuMonitor, _text
+from rooflab.conditions.nvml import ConditionSampler, GpuMonitor, as_text
 
 HOLD_TIMEOUT_S = 2.0  # longest the stream-holding kernel waits for the host to let it go
 # Launches a held stream takes before it is let go: CUDA queues about a thousand per stream, and
@@ -110,7 +110,7 @@ class CudaBackend(StreamLoads, CublasLtGemms, Backend):
             ),
         )
         self.compute_capability = int(self.device.compute_capability)  # e.g. 90
-        self.device_name = _text(properties["name"])
+        self.device_name = as_text(properties["name"])
         self.memory_bytes = int(properties["totalGlobalMem"])
         self.pci_bus_id = self.device.pci_bus_id
         self._load_cublaslt()

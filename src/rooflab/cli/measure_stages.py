@@ -127,17 +127,24 @@ def scenario_result(tables: dict) -> dict:
         "critical_path_bound_s": serial["critical_path_bound_s"],
         "aggregate_bound_s": serial["aggregate_bound_s"],
         "overlap_speedup": serial["median_s"] / overlapped["median_s"],
-        # the ceilings the stages were sized from and are bounded by
-        **{c: serial[c] for c in ("peak_flops_per_s", "bandwidth_b_per_s", "compute_path")},
-        **{c: serial[c] for c in ("memory_level", "ceilings_run_id")},
+        "peak_flops_per_s": serial["peak_flops_per_s"],
+        "bandwidth_b_per_s": serial["bandwidth_b_per_s"],
+        "compute_path": serial["compute_path"],
+        "memory_level": serial["memory_level"],
+        "ceilings_run_id": serial["ceilings_run_id"],
         "beats_bound": any(r["beats_bound"] for r in tables["stage_schedules"]),
         "disturbed": any(r["disturbed"] for r in tables["stage_schedules"]),
         "stages": [
             {
                 "name": row["stage"],
-                **{c: row[c] for c in ("kernel", "placement", "flops", "bytes")},
+                "kernel": row["kernel"],
+                "placement": row["placement"],
+                "flops": row["flops"],
+                "bytes": row["bytes"],
                 "measured_s": row["median_s"],
-                **{c: row[c] for c in ("bound_s", "limiter", "beats_bound")},
+                "bound_s": row["bound_s"],
+                "limiter": row["limiter"],
+                "beats_bound": row["beats_bound"],
             }
             for row in tables["stage_timings"]
         ],

@@ -144,7 +144,7 @@ def _current_pending(pair, convert) -> dict:
     return {"current": convert(current), "pending": convert(pending)}
 
 
-def _text(value) -> str:
+def as_text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -180,7 +180,7 @@ class GpuMonitor:
         wanted = normalize_pci_bus_id(pci_bus_id)
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            found = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            found = as_text(nvml.nvmlDeviceGetPciInfo(handle).busId)
             if normalize_pci_bus_id(found) == wanted:
                 return handle
         raise LookupError(f"none of {nvml.nvmlDeviceGetCount()} NVML devices has bus id {wanted}")
@@ -264,9 +264,9 @@ class GpuMonitor:
         unavailable: dict[str, str] = {}
         read = lambda name, function: self._read(info, unavailable, name, function)  # noqa: E731
         enabled = lambda state: bool(state == 1)  # noqa: E731 - NVML_FEATURE_ENABLED
-        read("nvml_name", lambda: _text(nvml.nvmlDeviceGetName(handle)))
-        read("nvml_uuid", lambda: _text(nvml.nvmlDeviceGetUUID(handle)))
-        read("driver_version", lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        read("nvml_name", lambda: as_text(nvml.nvmlDeviceGetName(handle)))
+        read("nvml_uuid", lambda: as_text(nvml.nvmlDeviceGetUUID(handle)))
+        read("driver_version", lambda: as_text(nvml.nvmlSystemGetDriverVersion()))
         read("cuda_driver_version", lambda: nvml.nvmlSystemGetCudaDriverVersion())
         read("persistence_mode", lambda: enabled(nvml.nvmlDeviceGetPersistenceMode(handle)))
         read("ecc_mode", lambda: _current_pending(nvml.nvmlDeviceGetEccMode(handle), enabled))

@@ -61,6 +61,10 @@ from rooflab.vocabulary import (
     point_compute_path,
 )
 
+# What a point's work is: a GEMM's shape, or a workload's params, executed FLOPs and the
+# workload it does the same work as (each kind has None for the other's)
+WORK_COLUMNS = ("m", "n", "k", "layout", "params", "executed_flops", "same_work_as")
+
 
 def latest_ceilings_by_machine(run_dirs: Iterable[Path]) -> dict[str, dict]:
     """machine_id -> {run_id, started_at, peak: {path: FLOP/s or OP/s}, peak_unit: {path: its
@@ -239,9 +243,7 @@ def roofline_points(
                     "ceilings_run_id": machine["run_id"],
                     "sweep": point["sweep"],
                     "dtype": point["dtype"],
-                    # a GEMM's shape, or a workload's params (each kind lacks the other's)
-                    **{c: point.get(c) for c in ("m", "n", "k", "layout", "params")},
-                    **{c: point.get(c) for c in ("executed_flops", "same_work_as")},
+                    **{c: point.get(c) for c in WORK_COLUMNS},
                     "level": level,
                     "q_source": "model",
                     "bytes": point["bytes_model"],

@@ -29,7 +29,7 @@ class StoreDamaged(StoreError):
     table and the repair (`rooflab store rebuild`)."""
 
 
-def _quote(identifier: str) -> str:
+def quoted(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
@@ -41,7 +41,7 @@ def read_back(db_path: str | Path, *, lock_timeout_s: float = 10.0) -> int:
 
     def reads(names: list[str]) -> str:
         return " UNION ALL ".join(
-            f"SELECT count(*), bit_xor(hash(*COLUMNS(*))) FROM {_quote(name)}" for name in names
+            f"SELECT count(*), bit_xor(hash(*COLUMNS(*))) FROM {quoted(name)}" for name in names
         )
 
     db_path = Path(db_path)

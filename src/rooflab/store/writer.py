@@ -52,7 +52,7 @@ from rooflab.store.connection import (
     refuse_newer,
     stored_version,
 )
-from rooflab.store.integrity import _quote, read_back, store_failures
+from rooflab.store.integrity import quoted, read_back, store_failures
 from rooflab.store.versions import migrate
 from rooflab.store.views import VIEWS_SQL, make_views
 
@@ -171,10 +171,10 @@ class _Writer:
         return _COLUMN_TYPES[table.schema]
 
     def _create_table(self, name: str, table: pa.Table) -> None:
-        columns = [f"{_quote(c)} {t}" for c, t in self._column_types(table)]
+        columns = [f"{quoted(c)} {t}" for c, t in self._column_types(table)]
         if name == "runs":
             columns.append("PRIMARY KEY (run_id)")  # a second copy of a run cannot get in
-        self.connection.execute(f"CREATE TABLE IF NOT EXISTS {_quote(name)} ({', '.join(columns)})")
+        self.connection.execute(f"CREATE TABLE IF NOT EXISTS {quoted(name)} ({', '.join(columns)})")
 
     def ensure_schema(self, views_anew: bool = False) -> None:
         """Every table and column of records.TABLES (so queries work on an empty store), views.
@@ -206,7 +206,7 @@ class _Writer:
         for column, duckdb_type in self._column_types(table):
             if column.lower() not in self.columns[name]:
                 self.connection.execute(
-                    f"ALTER TABLE {_quote(name)} ADD COLUMN {_quote(column)} {duckdb_type}"
+                    f"ALTER TABLE {quoted(name)} ADD COLUMN {quoted(column)} {duckdb_type}"
                 )
                 self.columns[name].add(column.lower())
                 added.append(f"{name}.{column}")
@@ -215,7 +215,7 @@ class _Writer:
     def _insert(self, name: str, table: pa.Table) -> None:
         self.connection.register("_incoming", table)
         try:
-            self.connection.execute(f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM _incoming")
+            self.connection.execute(f"INSERT INTO {quoted(name)} BY NAME SELECT * FROM _incoming")
         finally:
             self.connection.unregister("_incoming")
 
@@ -287,7 +287,7 @@ class _Writer:
                 try:
                     self._fit_columns(name, table)
                     (removed[name],) = self.connection.execute(
-                        f"DELETE FROM {_quote(name)} WHERE list_contains(?, run_id)", [run_ids]
+                        f"DELETE FROM {quoted(name)} WHERE list_contains(?, run_id)", [run_ids]
                     ).fetchone()
                     self._insert(name, table)
                 except duckdb.Error as error:
