@@ -199,10 +199,11 @@ def main() -> int:
                 for name, value in new.items():
                     table[name] = max(table.get(name, 0.0), value)
     conditions = backend.read_conditions("after")
+    ghz = conditions["cpu_ghz_measured"]  # None when every run of the clock probe was preempted
+    clock = f"{ghz:.2f} GHz (measured)" if ghz is not None else "not measured (preempted)"
     print(
         f"machine: {backend.identity['cpu_model']}, {backend.default_threads()} threads, "
-        f"paths {', '.join(isas)}, clock {conditions['cpu_ghz_measured']:.2f} GHz (measured), "
-        f"load {conditions['load_avg_1m']:.2f}"
+        f"paths {', '.join(isas)}, clock {clock}, load {conditions['load_avg_1m']:.2f}"
     )
     print(f"{'ceiling':<16} {'rooflab':>10} {'best peer':>10}  {'peer':<24} {'ratio':>6} target")
     missed = []

@@ -3,6 +3,7 @@ write runs without measuring: every declared column present (None where not give
 table does not declare refused, and a `runs` row at the current SCHEMA_VERSION. Not a test
 module, so pytest collects nothing here."""
 
+import json
 from datetime import datetime, timedelta
 
 from rooflab.records import SCHEMA_VERSION, TABLES
@@ -34,3 +35,11 @@ def runs_row(
             **columns,
         },
     )
+
+
+def clock_or_reason(conditions_row: dict) -> bool:
+    """A stored conditions row holds a plausible measured CPU clock, or none and the reason: the
+    probe gives no reading, never a wrong one, when every run of it was preempted (a busy CI VM)."""
+    ghz = conditions_row["cpu_ghz_measured"]
+    reasons = json.loads(conditions_row["unavailable"] or "{}")
+    return (ghz is not None and 0.1 < ghz < 10) or bool(reasons.get("cpu_ghz_measured"))

@@ -32,6 +32,7 @@ from rooflab.experiments.timing import (
 from rooflab.model import gemm_ledger
 from rooflab.records import SCHEMA_VERSION, read_run
 from tests.conftest import installed_script, run_rooflab
+from tests.table_rows import clock_or_reason
 
 FAST = TimingSettings(
     warmup_s=0.01, warmup_min_calls=2, min_time_s=0.02, min_samples=3, max_samples=50,
@@ -115,7 +116,7 @@ def test_small_sweep_records_every_table(backend):
     assert run["machine_id"] and run["host"] and run["backend"] == "cpu"
     phases = [(c["phase"], c["config_id"]) for c in tables["conditions"]]
     assert phases[0] == ("before", None) and phases[-1] == ("after", None)
-    assert all(c["cpu_ghz_measured"] > 0.1 for c in tables["conditions"])
+    assert all(clock_or_reason(c) for c in tables["conditions"]), tables["conditions"]
 
 
 def test_a_sweep_checked_earlier_times_only_the_configurations_that_passed(backend):
