@@ -34,6 +34,7 @@ from tests import constructed_counters as constructed
 from tests.conftest import clean_round, used_windows
 from tests.report_pages import (
     CHROMIUM,
+    H200_ROOFS,
     NO_CHROMIUM,
     NODE_B,
     axis_labels,
@@ -620,14 +621,7 @@ def test_datasheet_roofs_are_dashed_and_labelled_when_the_device_matches():
 
 
 def test_close_roofs_get_their_labels_apart_and_equal_datasheet_roofs_share_one():
-    # the H200's measured tensor roofs (2026-11-30): bf16 and fp16 7% apart, fp64 and fp32 9%
-    ceilings = ceilings_of(
-        ("compute", "bf16_tensor", "matmul", 723e12),
-        ("compute", "fp16_tensor", "matmul", 677e12),
-        ("compute", "fp64_tensor", "matmul", 56.9e12),
-        ("compute", "fp32_cublas", "matmul", 51.3e12),
-        ("bandwidth", "HBM", "read", 4.47e12),
-    )
+    ceilings = ceilings_of(*H200_ROOFS)
     points = pd.DataFrame(
         [{"dtype": d, "intensity": 100.0, "achieved_flops_per_s": 300e12} for d in ("bf16", "fp16")]
     )
